@@ -20,6 +20,9 @@ const (
 	LabelMixedEnable    = "mixed-qgpu-enable"
 	LabelValueEnable    = "enable"
 	LabelSchedulePolicy = "tke.cloud.tencent.com/qgpu-schedule-policy"
+	// LabelEnforcement picks the agent's enforcement backend on a node
+	// (env, hami-core, mps); absent means the agent's --backend default.
+	LabelEnforcement = "qgpu.io/enforcement"
 )
 
 // Pod annotations written by users.

@@ -1,0 +1,183 @@
+package allocate
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// PodSource lists the pods bound to this node.
+type PodSource interface {
+	// Cached lists from the informer cache.
+	Cached() ([]*v1.Pod, error)
+	// Fresh lists from the API server (a consistent read).
+	Fresh(ctx context.Context) ([]*v1.Pod, error)
+}
+
+// NodeConfig returns the node's current enforcement backend and policy.
+type NodeConfig func() (enforce.Backend, protocol.Policy, error)
+
+// Allocator answers Allocate calls for all three resources. Calls are
+// serialised: matching reads the store and the answer writes it.
+type Allocator struct {
+	Node   string
+	Store  *store.Store
+	Pods   PodSource
+	Config NodeConfig
+	// OnPodGranted runs (on the Allocate goroutine; it must not block) once every
+	// (container, resource) of the pod's assignment holds a grant.
+	OnPodGranted func(pod *v1.Pod, grant *protocol.Assignment)
+	// Now is time.Now unless a test sets it.
+	Now func() time.Time
+
+	mu sync.Mutex
+}
+
+// Allocate answers one container's request for deviceIDs of resource.
+func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
+	if len(deviceIDs) == 0 {
+		return nil, fmt.Errorf("%w: no device IDs for %s", ErrBadRequest, resource)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	logger := klog.FromContext(ctx)
+	backend, policy, err := a.Config()
+	if err != nil {
+		return nil, fmt.Errorf("enforcement backend: %w", err)
+	}
+	if g, ok, err := a.repeated(ctx, resource, deviceIDs); err != nil {
+		return nil, err
+	} else if ok {
+		logger.V(2).Info("Repeated Allocate answered from the store", "pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "resource", resource)
+		return backend.Allocate(requestOf(g, policy))
+	}
+	cand, err := a.match(ctx, resource, int64(len(deviceIDs)))
+	if err != nil {
+		return nil, err
+	}
+	g := a.grantOf(cand, resource, deviceIDs)
+	resp, err := backend.Allocate(requestOf(g, policy))
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
+	}
+	if err := a.Store.Put(g); err != nil {
+		return nil, fmt.Errorf("recording the grant: %w", err)
+	}
+	logger.V(2).Info("Granted", "pod", klog.KObj(cand.Pod), "container", g.Container, "resource", resource,
+		"amount", g.Amount, "backend", backend.Name(), "devices", len(deviceIDs))
+	a.notifyIfComplete(cand)
+	return resp, nil
+}
+
+// repeated finds the grant of a call the kubelet repeats with the same
+// devices, as it does when it re-admits a container it already allocated (after
+// its own restart). A record of a pod that is gone or terminal is stale (the
+// kubelet has freed its devices and may hand them to someone else): it is
+// dropped and the call matched afresh.
+func (a *Allocator) repeated(ctx context.Context, resource string, ids []string) (store.Grant, bool, error) {
+	g, ok, err := a.Store.ByDevices(resource, ids)
+	if err != nil {
+		return store.Grant{}, false, fmt.Errorf("reading the store: %w", err)
+	}
+	if !ok {
+		return store.Grant{}, false, nil
+	}
+	pods, err := a.Pods.Cached()
+	if err != nil || !alive(pods, g.PodUID) {
+		if pods, err = a.Pods.Fresh(ctx); err != nil {
+			return store.Grant{}, false, fmt.Errorf("devices already recorded for pod %s/%s, and listing pods failed: %w", g.Namespace, g.Name, err)
+		}
+	}
+	if alive(pods, g.PodUID) {
+		return g, true, nil
+	}
+	if _, err := a.Store.DeletePod(g.PodUID); err != nil {
+		return store.Grant{}, false, fmt.Errorf("dropping the stale grants of pod %s/%s: %w", g.Namespace, g.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Dropped stale grants of a gone pod", "pod", klog.KRef(g.Namespace, g.Name), "uid", g.PodUID)
+	return store.Grant{}, false, nil
+}
+
+func alive(pods []*v1.Pod, uid string) bool {
+	for _, p := range pods {
+		if string(p.UID) == uid {
+			return p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed
+		}
+	}
+	return false
+}
+
+// match tries the informer cache first; when nothing matches there, the cache
+// may lag the kubelet (which watches the same pods), so it lists once from the
+// API server before refusing.
+func (a *Allocator) match(ctx context.Context, resource string, n int64) (*Candidate, error) {
+	granted := a.granted()
+	pods, err := a.Pods.Cached()
+	if err == nil {
+		if cand, err := Match(a.Node, pods, granted, resource, n); err == nil {
+			return cand, nil
+		} else if !errors.Is(err, ErrNoMatch) {
+			return nil, err
+		}
+	}
+	pods, err = a.Pods.Fresh(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w for %d of %s in the cache, and listing pods from the API server failed: %v", ErrNoMatch, n, resource, err)
+	}
+	return Match(a.Node, pods, granted, resource, n)
+}
+
+func (a *Allocator) granted() Granted {
+	return func(podUID, container, resource string) bool {
+		_, ok, err := a.Store.Get(podUID, container, resource)
+		// An unreadable record counts as granted: handing the container out
+		// twice is worse than refusing.
+		return ok || err != nil
+	}
+}
+
+func (a *Allocator) grantOf(c *Candidate, resource string, ids []string) store.Grant {
+	now := time.Now
+	if a.Now != nil {
+		now = a.Now
+	}
+	return store.Grant{
+		PodUID: string(c.Pod.UID), Namespace: c.Pod.Namespace, Name: c.Pod.Name,
+		Container: c.Container.Name, Resource: resource,
+		DeviceIDs: append([]string(nil), ids...),
+		Amount:    Amount(c.Assignment.Class, c.Container, resource),
+		Class:     c.Assignment.Class,
+		Slices:    append([]protocol.Slice(nil), c.Container.Slices...),
+		GrantedAt: now().UTC(),
+	}
+}
+
+func requestOf(g store.Grant, policy protocol.Policy) enforce.Request {
+	return enforce.Request{
+		Resource: g.Resource, Class: g.Class, Policy: policy, Slices: g.Slices,
+		PodUID: g.PodUID, Namespace: g.Namespace, Pod: g.Name, Container: g.Container,
+	}
+}
+
+func (a *Allocator) notifyIfComplete(c *Candidate) {
+	if a.OnPodGranted == nil {
+		return
+	}
+	grants, err := a.Store.List()
+	if err != nil {
+		return
+	}
+	if grant, complete := BuildGrant(c.Pod, c.Assignment, a.Node, grants); complete {
+		a.OnPodGranted(c.Pod, grant)
+	}
+}

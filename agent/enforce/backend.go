@@ -1,0 +1,129 @@
+// Package enforce turns a container's slice into what the kubelet puts into
+// the container (environment, mounts): the enforcement backends of DESIGN §6.
+// See README.md for what each backend really guarantees.
+package enforce
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// Backend names, as given by --backend and the node label protocol.LabelEnforcement.
+const (
+	NameEnv      = "env"
+	NameHAMiCore = "hami-core"
+	NameMPS      = "mps"
+)
+
+// Names lists the backends this build has.
+var Names = []string{NameEnv, NameHAMiCore, NameMPS}
+
+// Request is one Allocate call the agent has matched to a container: the
+// resource being allocated and the container's slices from its assignment.
+type Request struct {
+	Resource  string
+	Class     protocol.Class
+	Policy    protocol.Policy
+	Slices    []protocol.Slice
+	PodUID    string
+	Namespace string
+	Pod       string
+	Container string
+}
+
+// Backend builds the container's part of the Allocate response for one resource.
+// Every qGPU container holds memory, so the memory call carries the card and
+// memory settings; the core and core-greedy calls carry the compute settings.
+// The kubelet merges the answers of all resources of a container.
+type Backend interface {
+	Name() string
+	Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error)
+}
+
+// Options configures the backends that need host paths.
+type Options struct {
+	// HAMiLibDir is the host directory holding libvgpu.so (hami-core).
+	HAMiLibDir string
+	// MPS runs or locates the MPS control daemons (mps); nil means DirControl under MPSRoot.
+	MPS MPSControl
+	// MPSRoot is the host directory for per-card MPS pipe directories.
+	MPSRoot string
+}
+
+// New returns the backend called name.
+func New(name string, opts Options) (Backend, error) {
+	switch name {
+	case NameEnv:
+		return Env{}, nil
+	case NameHAMiCore:
+		return NewHAMiCore(opts.HAMiLibDir)
+	case NameMPS:
+		ctl := opts.MPS
+		if ctl == nil {
+			ctl = DirControl{Root: opts.MPSRoot}
+		}
+		return &MPS{Control: ctl}, nil
+	}
+	return nil, fmt.Errorf("unknown enforcement backend %q: must be one of %s", name, strings.Join(Names, ", "))
+}
+
+// Env is the backend every other one builds on: the card through
+// NVIDIA_VISIBLE_DEVICES and the slice as QGPU_* variables, with no hard limit.
+type Env struct{}
+
+// Name implements Backend.
+func (Env) Name() string { return NameEnv }
+
+// Allocate implements Backend.
+func (Env) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error) {
+	if len(req.Slices) == 0 {
+		return nil, fmt.Errorf("container %s/%s/%s: no slices", req.Namespace, req.Pod, req.Container)
+	}
+	return &pluginapi.ContainerAllocateResponse{Envs: envs(req)}, nil
+}
+
+// envs returns the QGPU_* variables of the call's resource.
+func envs(req Request) map[string]string {
+	mem, cores := total(req.Slices)
+	switch req.Resource {
+	case protocol.ResourceMemory:
+		return map[string]string{
+			"NVIDIA_VISIBLE_DEVICES": join(req.Slices, func(s protocol.Slice) string { return s.UUID }),
+			"QGPU_CARD_INDEX":        join(req.Slices, func(s protocol.Slice) string { return strconv.Itoa(s.Index) }),
+			"QGPU_MEMORY_GIB":        strconv.FormatInt(mem, 10),
+			"QGPU_CLASS":             string(req.Class),
+			"QGPU_POLICY":            string(req.Policy),
+		}
+	case protocol.ResourceCore, protocol.ResourceCoreGreedy:
+		return map[string]string{"QGPU_CORES": strconv.FormatInt(cores, 10)}
+	}
+	return map[string]string{}
+}
+
+func total(slices []protocol.Slice) (memoryGiB, cores int64) {
+	return protocol.ContainerAssignment{Slices: slices}.Total()
+}
+
+func join(slices []protocol.Slice, f func(protocol.Slice) string) string {
+	parts := make([]string, len(slices))
+	for i, s := range slices {
+		parts[i] = f(s)
+	}
+	return strings.Join(parts, ",")
+}
+
+// exclusive reports whether the container holds whole cards (general C = 100·k):
+// no compute limit applies then.
+func exclusive(req Request) bool {
+	for _, s := range req.Slices {
+		if s.Cores < protocol.CoresPerCard {
+			return false
+		}
+	}
+	return req.Class == protocol.ClassGeneral
+}

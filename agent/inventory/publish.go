@@ -1,0 +1,33 @@
+package inventory
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// Publish writes inv as the inventory annotation of node with a merge patch,
+// which touches nothing else on the Node and needs no resourceVersion.
+func Publish(ctx context.Context, client kubernetes.Interface, node string, inv *protocol.Inventory) error {
+	value, err := inv.Encode()
+	if err != nil {
+		return fmt.Errorf("encoding inventory: %w", err)
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{protocol.AnnotationInventory: value}},
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metaPatchOptions); err != nil {
+		return fmt.Errorf("patching node %s with the inventory: %w", node, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Published inventory", "node", node, "cards", len(inv.Cards))
+	return nil
+}

@@ -1,0 +1,108 @@
+// Package nvml discovers the node's cards through go-nvml and watches their
+// health. Everything goes through nvml.Interface, so a simulated NVML (Fake,
+// built from go-nvml's mock package) runs the same code.
+package nvml
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// ErrNoNVML is returned by Open when the NVML library is not installed.
+var ErrNoNVML = errors.New("NVML library not found (no NVIDIA driver on this machine?); use --fake-cards to simulate cards")
+
+// Driver is an initialised NVML with the node's devices.
+type Driver struct {
+	lib     nvml.Interface
+	devices []nvml.Device
+	cards   []protocol.Card
+}
+
+// Open initialises NVML and discovers the cards. Close must be called.
+func Open(lib nvml.Interface) (*Driver, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, ErrNoNVML
+		}
+		return nil, fmt.Errorf("initialising NVML: %s", ret.Error())
+	}
+	d := &Driver{lib: lib}
+	if err := d.discover(); err != nil {
+		lib.Shutdown()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close shuts NVML down.
+func (d *Driver) Close() error {
+	if ret := d.lib.Shutdown(); ret != nvml.SUCCESS {
+		return fmt.Errorf("shutting NVML down: %s", ret.Error())
+	}
+	return nil
+}
+
+// Cards returns the discovered cards, all healthy unless the health query at
+// discovery failed. The slice is a copy.
+func (d *Driver) Cards() []protocol.Card {
+	return append([]protocol.Card(nil), d.cards...)
+}
+
+func (d *Driver) discover() error {
+	n, ret := d.lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return fmt.Errorf("counting devices: %s", ret.Error())
+	}
+	if n > protocol.MaxCards {
+		return fmt.Errorf("NVML reports %d devices, more than the %d supported", n, protocol.MaxCards)
+	}
+	for i := range n {
+		dev, ret := d.lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("device %d: getting handle: %s", i, ret.Error())
+		}
+		card, err := describe(dev, i)
+		if err != nil {
+			return err
+		}
+		d.devices = append(d.devices, dev)
+		d.cards = append(d.cards, card)
+	}
+	return nil
+}
+
+func describe(dev nvml.Device, i int) (protocol.Card, error) {
+	index, ret := dev.GetIndex()
+	if ret != nvml.SUCCESS {
+		return protocol.Card{}, fmt.Errorf("device %d: getting index: %s", i, ret.Error())
+	}
+	uuid, ret := dev.GetUUID()
+	if ret != nvml.SUCCESS {
+		return protocol.Card{}, fmt.Errorf("device %d: getting UUID: %s", i, ret.Error())
+	}
+	name, ret := dev.GetName()
+	if ret != nvml.SUCCESS {
+		return protocol.Card{}, fmt.Errorf("device %d: getting name: %s", i, ret.Error())
+	}
+	mem, ret := dev.GetMemoryInfo()
+	if ret != nvml.SUCCESS {
+		return protocol.Card{}, fmt.Errorf("device %d (%s): getting memory: %s", i, uuid, ret.Error())
+	}
+	return protocol.Card{
+		Index: index, UUID: uuid, Model: name,
+		MemoryMiB: int64(mem.Total >> 20), Healthy: true,
+	}, nil
+}
+
+// Query runs the health query of card position i (an NVML call that fails on
+// a lost or broken card).
+func (d *Driver) Query(i int) error {
+	if _, ret := d.devices[i].GetMemoryInfo(); ret != nvml.SUCCESS {
+		return fmt.Errorf("card %d (%s): health query: %s", d.cards[i].Index, d.cards[i].UUID, ret.Error())
+	}
+	return nil
+}

@@ -1,0 +1,134 @@
+package nvml
+
+import (
+	"crypto/sha1"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+// Fake is a simulated NVML built from go-nvml's mock package, so that the same
+// discovery and health code runs on machines without GPUs. Tests (and the
+// --fake-health-file of the agent) flip a card's health; InjectXid delivers an
+// NVML Xid event as a driver would.
+type Fake struct {
+	mock.Interface
+
+	mu         sync.Mutex
+	devices    []*mock.Device
+	uuids      []string
+	lost       map[int]bool
+	healthFile string
+	events     chan nvml.EventData
+}
+
+var _ nvml.Interface = (*Fake)(nil)
+
+// NewFake returns a simulated NVML with the given cards. seed (the node name)
+// makes the UUIDs stable across agent restarts and distinct between nodes.
+// healthFile, if not empty, names a file listing unhealthy cards (one index or
+// UUID per line); the file may be absent, which means all cards are healthy.
+func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
+	f := &Fake{lost: map[int]bool{}, healthFile: healthFile, events: make(chan nvml.EventData, 64)}
+	for i, c := range cards {
+		f.uuids = append(f.uuids, fakeUUID(seed, i))
+		f.devices = append(f.devices, f.newDevice(i, c))
+	}
+	f.InitFunc = func() nvml.Return { return nvml.SUCCESS }
+	f.ShutdownFunc = func() nvml.Return { return nvml.SUCCESS }
+	f.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "fake-550.00", nvml.SUCCESS }
+	f.DeviceGetCountFunc = func() (int, nvml.Return) { return len(f.devices), nvml.SUCCESS }
+	f.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+		if i < 0 || i >= len(f.devices) {
+			return nil, nvml.ERROR_INVALID_ARGUMENT
+		}
+		return f.devices[i], nvml.SUCCESS
+	}
+	f.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: f.wait,
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	return f
+}
+
+func fakeUUID(seed string, index int) string {
+	h := sha1.Sum([]byte(seed + "/" + strconv.Itoa(index)))
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
+	d := &mock.Device{}
+	d.GetIndexFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
+	d.GetUUIDFunc = func() (string, nvml.Return) { return f.uuids[index], nvml.SUCCESS }
+	d.GetNameFunc = func() (string, nvml.Return) { return c.Model, nvml.SUCCESS }
+	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
+		if f.isLost(index) {
+			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
+		}
+		total := uint64(c.MemoryMiB) << 20
+		return nvml.Memory{Total: total, Free: total}, nvml.SUCCESS
+	}
+	d.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) {
+		return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError, nvml.SUCCESS
+	}
+	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	return d
+}
+
+// UUID returns the UUID of card index.
+func (f *Fake) UUID(index int) string { return f.uuids[index] }
+
+// SetHealthy makes the health query of card index fail (false) or succeed (true).
+func (f *Fake) SetHealthy(index int, healthy bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.lost[index] = !healthy
+}
+
+// InjectXid delivers an Xid critical error event for card index.
+func (f *Fake) InjectXid(index int, xid uint64) {
+	f.events <- nvml.EventData{Device: f.devices[index], EventType: nvml.EventTypeXidCriticalError, EventData: xid}
+}
+
+func (f *Fake) isLost(index int) bool {
+	f.mu.Lock()
+	lost := f.lost[index]
+	f.mu.Unlock()
+	return lost || f.listedInHealthFile(index)
+}
+
+func (f *Fake) listedInHealthFile(index int) bool {
+	if f.healthFile == "" {
+		return false
+	}
+	data, err := os.ReadFile(f.healthFile)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == strconv.Itoa(index) || line == f.uuids[index] {
+			return true
+		}
+	}
+	return false
+}
+
+func (f *Fake) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
+	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case e := <-f.events:
+		return e, nvml.SUCCESS
+	case <-t.C:
+		return nvml.EventData{}, nvml.ERROR_TIMEOUT
+	}
+}

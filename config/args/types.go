@@ -1,0 +1,40 @@
+// Package args is the qgpu plugin's configuration API: the internal QGPUArgs
+// type, registered in kube-scheduler's scheme next to the in-tree plugins'
+// args, and its validation. The versioned form lives in args/v1.
+package args
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+)
+
+// QGPUArgs configures the qgpu plugin.
+type QGPUArgs struct {
+	metav1.TypeMeta
+
+	// NodePolicy orders nodes for general pods: binpack or spread.
+	NodePolicy string
+	// CardPolicy orders the cards of a node for general pods: binpack or spread.
+	CardPolicy string
+	// MaxPodsPerCard caps the pods on one card; 0 means the seed's rule,
+	// card memory in GiB / 4 (32 GiB → 8).
+	MaxPodsPerCard int32
+}
+
+// DeepCopyObject implements runtime.Object.
+func (a *QGPUArgs) DeepCopyObject() runtime.Object {
+	out := *a
+	return &out
+}
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(schedconfig.SchemeGroupVersion, &QGPUArgs{})
+	return nil
+}
+
+func init() {
+	// Registered on kube-scheduler's own builder so that its plugin-args
+	// conversion scheme, built lazily from that builder, knows the type too.
+	schedconfig.SchemeBuilder.Register(addKnownTypes)
+}

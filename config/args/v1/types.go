@@ -1,0 +1,64 @@
+// Package v1 is the versioned form of the qgpu plugin args, as written in a
+// KubeSchedulerConfiguration (apiVersion kubescheduler.config.k8s.io/v1,
+// kind QGPUArgs), with defaults and conversions.
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	schedv1 "k8s.io/kube-scheduler/config/v1"
+)
+
+// QGPUArgs configures the qgpu plugin.
+type QGPUArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// NodePolicy orders nodes for general pods: binpack (default) or spread.
+	NodePolicy *string `json:"nodePolicy,omitempty"`
+	// CardPolicy orders a node's cards for general pods: binpack (default) or spread.
+	CardPolicy *string `json:"cardPolicy,omitempty"`
+	// MaxPodsPerCard caps the pods on one card; 0 (default) is card GiB / 4.
+	MaxPodsPerCard *int32 `json:"maxPodsPerCard,omitempty"`
+}
+
+// DeepCopyObject implements runtime.Object.
+func (a *QGPUArgs) DeepCopyObject() runtime.Object {
+	out := *a
+	out.NodePolicy = copyPtr(a.NodePolicy)
+	out.CardPolicy = copyPtr(a.CardPolicy)
+	out.MaxPodsPerCard = copyPtr(a.MaxPodsPerCard)
+	return &out
+}
+
+func copyPtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	v := *p
+	return &v
+}
+
+// SetDefaults_QGPUArgs fills unset fields (the seed's --priority=binpack).
+func SetDefaults_QGPUArgs(a *QGPUArgs) { //nolint:revive // kube naming convention
+	if a.NodePolicy == nil {
+		a.NodePolicy = ptr("binpack")
+	}
+	if a.CardPolicy == nil {
+		a.CardPolicy = ptr("binpack")
+	}
+	if a.MaxPodsPerCard == nil {
+		a.MaxPodsPerCard = ptr[int32](0)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func addKnownTypes(scheme *runtime.Scheme) error {
+	scheme.AddKnownTypes(schedv1.SchemeGroupVersion, &QGPUArgs{})
+	return nil
+}
+
+func addDefaultingFuncs(scheme *runtime.Scheme) error {
+	scheme.AddTypeDefaultingFunc(&QGPUArgs{}, func(obj any) { SetDefaults_QGPUArgs(obj.(*QGPUArgs)) })
+	return nil
+}

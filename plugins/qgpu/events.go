@@ -1,0 +1,61 @@
+package qgpu
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+)
+
+// EventsToRegister: a qGPU pod leaving a node (deleted or finished) frees
+// slices; a node gaining or changing its qGPU inventory or labels may add cards.
+func (p *QGPU) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.isSchedulableAfterPodDeleted},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}, QueueingHintFn: p.isSchedulableAfterNodeChange},
+	}, nil
+}
+
+func (p *QGPU) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {
+	gone, ok := tombstone[*v1.Pod](oldObj)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if gone.Spec.NodeName == "" {
+		logger.V(5).Info("pod deleted before binding holds no slices", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
+		return fwk.QueueSkip, nil
+	}
+	if _, assigned := gone.Annotations[protocol.AnnotationAssignment]; !assigned {
+		logger.V(5).Info("deleted pod held no qGPU slices", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+func (p *QGPU) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	node, ok := newObj.(*v1.Node)
+	if !ok {
+		return fwk.Queue, nil
+	}
+	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
+		logger.V(5).Info("node is not a qGPU node", "pod", klog.KObj(pod), "node", klog.KObj(node))
+		return fwk.QueueSkip, nil
+	}
+	old, _ := oldObj.(*v1.Node)
+	if old != nil && old.Annotations[protocol.AnnotationInventory] == node.Annotations[protocol.AnnotationInventory] &&
+		old.Labels[protocol.LabelDeviceEnable] == node.Labels[protocol.LabelDeviceEnable] &&
+		old.Labels[protocol.LabelMixedEnable] == node.Labels[protocol.LabelMixedEnable] {
+		logger.V(5).Info("node's qGPU inventory and labels did not change", "pod", klog.KObj(pod), "node", klog.KObj(node))
+		return fwk.QueueSkip, nil
+	}
+	if req, err := request.Parse(pod); err == nil && req != nil && req.Class != protocol.ClassGeneral &&
+		node.Labels[protocol.LabelMixedEnable] != protocol.LabelValueEnable {
+		logger.V(5).Info("node does not take online/offline pods", "pod", klog.KObj(pod), "node", klog.KObj(node))
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}

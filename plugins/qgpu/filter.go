@@ -1,0 +1,53 @@
+package qgpu
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+)
+
+// Reasons for nodes that can never take qGPU pods as they are labelled.
+const (
+	ReasonNotQGPUNode = "node is not a qGPU node (label qgpu-device-enable=enable)"
+	ReasonNoInventory = "node has no valid qGPU inventory"
+)
+
+// cardBuf is large enough for every real server, so Filter does not allocate.
+const cardBuf = 16
+
+// Filter checks that every container of the pod finds a card on the node. It
+// reads the ledger only: no API calls, no allocation on the hot path.
+func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node()
+	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotQGPUNode)
+	}
+	var buf [cardBuf]ledger.Card
+	n := p.nodeCards(s, node.Name, buf[:0])
+	if n.Invalid != "" {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNoInventory)
+	}
+	var choices [cardBuf]placement.Choice
+	if _, reason := placement.Place(n.Cards, n.Mixed, s.req, p.cardPolicy, choices[:0]); reason != "" {
+		return fwk.NewStatus(unschedulableCode(reason), reason)
+	}
+	return nil
+}
+
+// unschedulableCode tells preemption which failures removing pods can cure.
+func unschedulableCode(reason string) fwk.Code {
+	switch reason {
+	case placement.ReasonNoCards, placement.ReasonNotMixed, placement.ReasonNoModel:
+		return fwk.UnschedulableAndUnresolvable
+	}
+	return fwk.Unschedulable
+}

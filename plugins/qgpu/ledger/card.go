@@ -1,0 +1,144 @@
+// Package ledger is the scheduler's per-card bookkeeping (DESIGN §3): for every
+// card of every node, which pods hold how much memory and how many cores, and
+// of which class. It imports no scheduler framework code, so the trace replay
+// and the invariant checker run the very same accounting.
+package ledger
+
+import (
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// Card is one card's capacity and what is held on it.
+type Card struct {
+	Index     int
+	UUID      string
+	Model     string
+	MemoryGiB int64
+	Healthy   bool
+	// MaxPods is the card's pod limit (maxPodsPerCard, default MemoryGiB/4).
+	MaxPods int
+
+	UsedMemoryGiB int64
+	// UsedCores is the qgpu-core held by general pods.
+	UsedCores int64
+	// UsedGreedy is the qgpu-core-greedy held by offline pods.
+	UsedGreedy int64
+	// Pods counts distinct pods by class.
+	General, Online, Offline int
+}
+
+// Pods is the number of distinct pods holding a slice of the card.
+func (c *Card) Pods() int { return c.General + c.Online + c.Offline }
+
+// FreeMemoryGiB is the memory not yet held.
+func (c *Card) FreeMemoryGiB() int64 { return c.MemoryGiB - c.UsedMemoryGiB }
+
+// Empty reports whether no pod holds the card.
+func (c *Card) Empty() bool { return c.Pods() == 0 }
+
+// Fits reports whether one more pod of the class, asking for memory and cores
+// in total on this card, keeps every rule of DESIGN §3. newPod is false when
+// the pod already holds a slice here (a second container of the same pod).
+func (c *Card) Fits(class protocol.Class, memoryGiB, cores int64, newPod bool) bool {
+	if !c.Healthy || memoryGiB > c.FreeMemoryGiB() {
+		return false
+	}
+	if newPod && c.Pods() >= c.MaxPods {
+		return false
+	}
+	switch class {
+	case protocol.ClassGeneral:
+		return c.Online+c.Offline == 0 && c.UsedCores+cores <= protocol.CoresPerCard
+	case protocol.ClassOnline:
+		return c.General == 0
+	case protocol.ClassOffline:
+		return c.General == 0 && c.UsedGreedy+cores <= protocol.CoresPerCard
+	}
+	return false
+}
+
+// Take adds a slice to the card, counting a new pod when newPod (false for
+// a second container of a pod already here). Placement uses it on scratch copies.
+func (c *Card) Take(class protocol.Class, memoryGiB, cores int64, newPod bool) {
+	pods := 0
+	if newPod {
+		pods = 1
+	}
+	c.add(class, memoryGiB, cores, 1, pods)
+}
+
+// add applies (sign 1) or removes (sign -1) memory, cores and pods.
+func (c *Card) add(class protocol.Class, memoryGiB, cores int64, sign, pods int) {
+	c.UsedMemoryGiB += int64(sign) * memoryGiB
+	switch class {
+	case protocol.ClassGeneral:
+		c.UsedCores += int64(sign) * cores
+		c.General += sign * pods
+	case protocol.ClassOnline:
+		c.Online += sign * pods
+	case protocol.ClassOffline:
+		c.UsedGreedy += int64(sign) * cores
+		c.Offline += sign * pods
+	}
+}
+
+// Holding is what one pod holds on one node.
+type Holding struct {
+	Node  string
+	Class protocol.Class
+	// Slices are all the pod's slices, over all its containers.
+	Slices []protocol.Slice
+}
+
+// perCard sums a holding per card index, so that a pod with two containers on
+// one card counts as one pod there. It returns a small slice, usually of one.
+func (h *Holding) perCard() []protocol.Slice {
+	out := make([]protocol.Slice, 0, len(h.Slices))
+next:
+	for _, s := range h.Slices {
+		for i := range out {
+			if out[i].Index == s.Index {
+				out[i].MemoryGiB += s.MemoryGiB
+				out[i].Cores += s.Cores
+				continue next
+			}
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// ApplyTo adds (sign 1) or removes (sign -1) the holding on a node's cards;
+// slices on cards the node no longer has are skipped.
+func (h *Holding) ApplyTo(cards []Card, sign int) {
+	for _, s := range h.perCard() {
+		if i := indexOf(cards, s.Index); i >= 0 {
+			cards[i].add(h.Class, s.MemoryGiB, s.Cores, sign, 1)
+		}
+	}
+}
+
+// FitsOn reports whether the whole holding fits the cards as they are.
+func (h *Holding) FitsOn(cards []Card) bool {
+	for _, s := range h.perCard() {
+		i := indexOf(cards, s.Index)
+		if i < 0 || cards[i].UUID != s.UUID || !cards[i].Fits(h.Class, s.MemoryGiB, s.Cores, true) {
+			return false
+		}
+	}
+	return true
+}
+
+func indexOf(cards []Card, index int) int {
+	for i := range cards {
+		if cards[i].Index == index {
+			return i
+		}
+	}
+	return -1
+}
+
+// DefaultMaxPods is the seed's rule: a card holds at most Mc/4 pods (32 GiB → 8).
+func DefaultMaxPods(memoryGiB int64) int {
+	return max(1, int(memoryGiB/4))
+}

@@ -1,0 +1,213 @@
+package ledger
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// ErrNoFit is returned by Reserve when the cards no longer have room.
+var ErrNoFit = errors.New("the slices no longer fit the node's cards")
+
+// Node is one node's cards and flags.
+type Node struct {
+	// Invalid is why the node has no usable cards (no or bad inventory); empty if valid.
+	Invalid string
+	Mixed   bool
+	Cards   []Card
+}
+
+type nodeState struct {
+	mu sync.RWMutex
+	// info is the node without usage; cards is info plus every holding.
+	info  []Card
+	node  Node
+	pods  map[types.UID]*Holding
+	known bool
+}
+
+// Ledger is safe for concurrent use. One RWMutex guards the maps; each node
+// has its own lock for its cards, and no lock is ever held across two nodes.
+type Ledger struct {
+	mu      sync.RWMutex
+	nodes   map[string]*nodeState
+	holders map[types.UID]*Holding
+	// maxPods overrides DefaultMaxPods when > 0.
+	maxPods int
+}
+
+// New returns an empty ledger; maxPodsPerCard ≤ 0 means the seed's Mc/4.
+func New(maxPodsPerCard int) *Ledger {
+	return &Ledger{nodes: map[string]*nodeState{}, holders: map[types.UID]*Holding{}, maxPods: maxPodsPerCard}
+}
+
+func (l *Ledger) state(name string, create bool) *nodeState {
+	l.mu.RLock()
+	n := l.nodes[name]
+	l.mu.RUnlock()
+	if n != nil || !create {
+		return n
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n = l.nodes[name]; n == nil {
+		n = &nodeState{pods: map[types.UID]*Holding{}}
+		l.nodes[name] = n
+	}
+	return n
+}
+
+// SetNode replaces a node's inventory. inv nil means the node has no usable
+// cards, for the reason given. Holdings are kept and re-applied.
+func (l *Ledger) SetNode(name string, inv *protocol.Inventory, invalid string, mixed bool) {
+	n := l.state(name, true)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.known = true
+	n.info = n.info[:0]
+	if inv != nil {
+		for _, c := range inv.Cards {
+			gib := c.MemoryGiB()
+			maxPods := l.maxPods
+			if maxPods <= 0 {
+				maxPods = DefaultMaxPods(gib)
+			}
+			n.info = append(n.info, Card{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryGiB: gib, Healthy: c.Healthy, MaxPods: maxPods})
+		}
+	}
+	n.node.Invalid, n.node.Mixed = invalid, mixed
+	n.recompute()
+}
+
+// recompute rebuilds usage from the holdings; the caller holds n.mu.
+func (n *nodeState) recompute() {
+	n.node.Cards = append(n.node.Cards[:0], n.info...)
+	for _, h := range n.pods {
+		h.ApplyTo(n.node.Cards, 1)
+	}
+}
+
+// RemoveNode forgets a node's cards; its holdings stay until their pods go.
+func (l *Ledger) RemoveNode(name string) {
+	if n := l.state(name, false); n != nil {
+		n.mu.Lock()
+		n.known = false
+		n.info = n.info[:0]
+		n.node = Node{Invalid: "node deleted", Cards: n.node.Cards[:0]}
+		n.mu.Unlock()
+	}
+}
+
+// CopyNode copies a node's state into buf (reused when large enough, so the
+// scheduler's hot path allocates nothing) and reports whether it is known.
+func (l *Ledger) CopyNode(name string, buf []Card) (Node, bool) {
+	n := l.state(name, false)
+	if n == nil {
+		return Node{Cards: buf[:0]}, false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	out := n.node
+	out.Cards = append(buf[:0], n.node.Cards...)
+	return out, n.known
+}
+
+// Reserve chooses and records a pod's slices atomically: choose runs under the
+// node's lock on a copy of its cards and returns the slices, which are then
+// checked against the rules once more before they are recorded.
+func (l *Ledger) Reserve(uid types.UID, node string, class protocol.Class, choose func(Node) ([]protocol.Slice, error)) ([]protocol.Slice, error) {
+	n := l.state(node, true)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h := l.holding(uid); h != nil {
+		return nil, fmt.Errorf("pod %s already holds slices on node %q", uid, h.Node)
+	}
+	view := n.node
+	view.Cards = append([]Card(nil), n.node.Cards...)
+	slices, err := choose(view)
+	if err != nil {
+		return nil, err
+	}
+	h := &Holding{Node: node, Class: class, Slices: slices}
+	if !h.FitsOn(n.node.Cards) {
+		return nil, ErrNoFit
+	}
+	l.record(uid, n, h)
+	return slices, nil
+}
+
+// Observe records a holding seen on a bound pod (the rebuild after a restart,
+// or the informer catching up with a bind). The first decision wins: a pod
+// that already holds slices keeps them, whatever its annotation says now.
+// It reports whether the holding was new.
+func (l *Ledger) Observe(uid types.UID, h Holding) bool {
+	n := l.state(h.Node, true)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if l.holding(uid) != nil {
+		return false
+	}
+	l.record(uid, n, &h)
+	return true
+}
+
+func (l *Ledger) record(uid types.UID, n *nodeState, h *Holding) {
+	l.mu.Lock()
+	l.holders[uid] = h
+	l.mu.Unlock()
+	n.pods[uid] = h
+	h.ApplyTo(n.node.Cards, 1)
+}
+
+// Release frees a pod's slices; it is idempotent. With node non-empty it frees
+// only a holding on that node, so a late Unreserve never frees a newer decision.
+func (l *Ledger) Release(uid types.UID, node string) bool {
+	h := l.holding(uid)
+	if h == nil || (node != "" && h.Node != node) {
+		return false
+	}
+	n := l.state(h.Node, false)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l.mu.Lock()
+	cur := l.holders[uid]
+	if cur != h {
+		l.mu.Unlock()
+		return false
+	}
+	delete(l.holders, uid)
+	l.mu.Unlock()
+	delete(n.pods, uid)
+	h.ApplyTo(n.node.Cards, -1)
+	return true
+}
+
+// Holding returns a copy of what the pod holds, if anything.
+func (l *Ledger) Holding(uid types.UID) (Holding, bool) {
+	h := l.holding(uid)
+	if h == nil {
+		return Holding{}, false
+	}
+	return *h, true
+}
+
+func (l *Ledger) holding(uid types.UID) *Holding {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.holders[uid]
+}
+
+// Nodes lists the node names the ledger knows, for views and checks.
+func (l *Ledger) Nodes() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]string, 0, len(l.nodes))
+	for name := range l.nodes {
+		out = append(out, name)
+	}
+	return out
+}

@@ -1,0 +1,150 @@
+// Package placement chooses cards for a pod and scores nodes, as pure
+// functions over ledger cards. The scheduler plugin and the trace replay call
+// the very same functions.
+package placement
+
+import (
+	"fmt"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+)
+
+// Policy orders cards and nodes for general pods.
+type Policy string
+
+const (
+	// Binpack fills the fullest card (and node) that fits, keeping others whole.
+	Binpack Policy = "binpack"
+	// Spread picks the emptiest card (and node), for availability.
+	Spread Policy = "spread"
+)
+
+// Policies lists the supported policies, for validation messages.
+var Policies = []Policy{Binpack, Spread}
+
+// Choice is one container's card: Container indexes Request.Containers and
+// Card indexes the cards slice passed in.
+type Choice struct {
+	Container int
+	Card      int
+}
+
+// Reasons Filter reports: constant strings, so the scheduler aggregates them.
+const (
+	ReasonNoCards     = "node has no qGPU cards"
+	ReasonNotMixed    = "node is not enabled for online/offline pods (label mixed-qgpu-enable=enable)"
+	ReasonNoModel     = "no card of the requested GPU model (use-gputype/nouse-gputype)"
+	ReasonCardsFull   = "insufficient qGPU card memory, cores or pod slots"
+	ReasonWholeCards  = "not enough whole free qGPU cards"
+	ReasonClassOnCard = "cards are held by pods of another class"
+)
+
+// Place chooses a card for every container of req. cards is scratch: Place
+// adds the pod's holdings to it as it goes, so the caller passes a copy. The
+// choices are appended to out (pass a reused buffer to avoid allocation). On
+// failure it returns one of the Reason constants.
+func Place(cards []ledger.Card, mixed bool, req *request.Request, policy Policy, out []Choice) ([]Choice, string) {
+	if len(cards) == 0 {
+		return out, ReasonNoCards
+	}
+	if req.Class != protocol.ClassGeneral && !mixed {
+		return out, ReasonNotMixed
+	}
+	if !anyModel(cards, req) {
+		return out, ReasonNoModel
+	}
+	if req.SharesOneCard() {
+		return placeOneCard(cards, req, out)
+	}
+	return placeGeneral(cards, req, policy, out)
+}
+
+func anyModel(cards []ledger.Card, req *request.Request) bool {
+	for i := range cards {
+		if req.MatchesModel(cards[i].Model) {
+			return true
+		}
+	}
+	return false
+}
+
+// placeOneCard puts all containers of an online or offline pod on one card.
+// Seed 000: online pods prefer cards without offline pods, then spread;
+// offline pods prefer cards without online pods, then bin-pack.
+func placeOneCard(cards []ledger.Card, req *request.Request, out []Choice) ([]Choice, string) {
+	var mem, cores int64
+	for _, c := range req.Containers {
+		mem += c.MemoryGiB
+		cores += c.Cores
+	}
+	best, bestKey := -1, int64(0)
+	for i := range cards {
+		c := &cards[i]
+		if !req.MatchesModel(c.Model) || !c.Fits(req.Class, mem, cores, true) {
+			continue
+		}
+		free := c.FreeMemoryGiB() - mem
+		var key int64
+		if req.Class == protocol.ClassOnline {
+			key = free // spread: most free memory left
+			if c.Offline == 0 {
+				key += 1 << 40
+			}
+		} else {
+			key = -free // bin-pack: least free memory left
+			if c.Online == 0 {
+				key += 1 << 40
+			}
+		}
+		if best < 0 || key > bestKey {
+			best, bestKey = i, key
+		}
+	}
+	if best < 0 {
+		return out, failReason(cards, req)
+	}
+	cards[best].Take(req.Class, mem, cores, true)
+	for ci := range req.Containers {
+		out = append(out, Choice{Container: ci, Card: best})
+	}
+	return out, ""
+}
+
+// failReason tells apart the common reasons a pod does not fit, for events.
+func failReason(cards []ledger.Card, req *request.Request) string {
+	other := true
+	for i := range cards {
+		c := &cards[i]
+		if !req.MatchesModel(c.Model) {
+			continue
+		}
+		if req.Class == protocol.ClassGeneral && c.Online+c.Offline == 0 || req.Class != protocol.ClassGeneral && c.General == 0 {
+			other = false
+		}
+	}
+	if other {
+		return ReasonClassOnCard
+	}
+	return ReasonCardsFull
+}
+
+// Slices turns choices into the assignment's per-container slices.
+func Slices(cards []ledger.Card, req *request.Request, choices []Choice) []protocol.ContainerAssignment {
+	out := make([]protocol.ContainerAssignment, len(req.Containers))
+	for i, c := range req.Containers {
+		out[i].Name = c.Name
+	}
+	for _, ch := range choices {
+		c := req.Containers[ch.Container]
+		card := cards[ch.Card]
+		out[ch.Container].Slices = append(out[ch.Container].Slices, protocol.Slice{
+			Index: card.Index, UUID: card.UUID, MemoryGiB: c.PerCardMemoryGiB(), Cores: c.PerCardCores(),
+		})
+	}
+	return out
+}
+
+// String is for logs.
+func (c Choice) String() string { return fmt.Sprintf("c%d→card%d", c.Container, c.Card) }

@@ -1,0 +1,80 @@
+// Package qgpu is the qGPU scheduling-framework plugin: it places general,
+// online and offline pods card by card (DESIGN §2–§4) and keeps the per-card
+// ledger that makes sure no card is ever oversubscribed.
+package qgpu
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/config/args"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+)
+
+// Name is the plugin's name in profiles.
+const Name = "QGPU"
+
+// QGPU is the plugin.
+type QGPU struct {
+	handle     framework.Handle
+	ledger     *ledger.Ledger
+	nodePolicy placement.Policy
+	cardPolicy placement.Policy
+	synced     []cache.InformerSynced
+}
+
+var (
+	_ framework.PreFilterPlugin   = &QGPU{}
+	_ framework.FilterPlugin      = &QGPU{}
+	_ framework.ScorePlugin       = &QGPU{}
+	_ framework.ReservePlugin     = &QGPU{}
+	_ framework.PreBindPlugin     = &QGPU{}
+	_ framework.EnqueueExtensions = &QGPU{}
+)
+
+// New builds the plugin from its args and starts feeding the ledger from the
+// scheduler's informers.
+func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework.Plugin, error) {
+	a, err := decodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	if errs := args.Validate(field.NewPath("pluginConfig").Key(Name).Child("args"), a); len(errs) > 0 {
+		return nil, errs.ToAggregate()
+	}
+	p := &QGPU{
+		handle:     h,
+		ledger:     ledger.New(int(a.MaxPodsPerCard)),
+		nodePolicy: placement.Policy(a.NodePolicy),
+		cardPolicy: placement.Policy(a.CardPolicy),
+	}
+	if h != nil && h.SharedInformerFactory() != nil {
+		if err := p.watch(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// decodeArgs accepts the typed args (from a config file) or none (defaults).
+func decodeArgs(obj runtime.Object) (*args.QGPUArgs, error) {
+	switch a := obj.(type) {
+	case nil:
+		return &args.QGPUArgs{NodePolicy: string(placement.Binpack), CardPolicy: string(placement.Binpack)}, nil
+	case *args.QGPUArgs:
+		return a, nil
+	}
+	return nil, fmt.Errorf("want args of type QGPUArgs, got %T", obj)
+}
+
+// Name implements framework.Plugin.
+func (p *QGPU) Name() string { return Name }
+
+// Ledger exposes the plugin's ledger for tests and views.
+func (p *QGPU) Ledger() *ledger.Ledger { return p.ledger }

@@ -1,0 +1,59 @@
+package qgpu
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// PreBindPreFlight skips PreBind for pods without qGPU requests.
+func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) *fwk.Status {
+	if _, err := readState(cs); err != nil {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// PreBind writes the assignment annotation; any assignment a user wrote into
+// the pod is replaced.
+func (p *QGPU) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return nil // not a qGPU pod
+	}
+	a := protocol.Assignment{
+		Version: protocol.AssignmentVersion, PodUID: string(pod.UID), Node: nodeName,
+		Class: s.req.Class, Containers: s.assignment,
+	}
+	value, err := a.Encode()
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("encoding assignment: %w", err))
+	}
+	pods := p.handle.ClientSet().CoreV1().Pods(pod.Namespace)
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		cur, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.UID != pod.UID {
+			return fmt.Errorf("pod %s was re-created (uid %s, want %s)", klog.KObj(pod), cur.UID, pod.UID)
+		}
+		if cur.Annotations == nil {
+			cur.Annotations = map[string]string{}
+		}
+		cur.Annotations[protocol.AnnotationAssignment] = value
+		_, err = pods.Update(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("writing assignment of pod %s: %w", klog.KObj(pod), err))
+	}
+	return nil
+}

@@ -1,0 +1,86 @@
+package qgpu
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+)
+
+// PreFilter parses the pod's request once per cycle. Pods without qGPU
+// requests are skipped; a broken request can never fit anywhere.
+func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	req, err := request.Parse(pod)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if req == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	// A restarted scheduler must not place against a half-rebuilt ledger.
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+		return nil, fwk.AsStatus(ctx.Err())
+	}
+	klog.FromContext(ctx).V(5).Info("qGPU request", "pod", klog.KObj(pod), "class", req.Class, "containers", len(req.Containers))
+	cs.Write(stateKey, &cycleState{req: req})
+	return nil, nil
+}
+
+// PreFilterExtensions lets kube-scheduler's preemption simulate removing
+// lower-priority pods (and adding nominated ones) card by card.
+func (p *QGPU) PreFilterExtensions() framework.PreFilterExtensions { return p }
+
+// AddPod implements framework.PreFilterExtensions.
+func (p *QGPU) AddPod(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, add fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node().Name
+	pod := add.GetPod()
+	if h, ok := p.ledger.Holding(pod.UID); ok {
+		if h.Node == node {
+			s.addDelta(node, h, 1)
+		}
+		return nil
+	}
+	// A nominated pod not yet in the ledger: place it as it would be placed.
+	req, err := request.Parse(pod)
+	if err != nil || req == nil {
+		return nil
+	}
+	n := p.nodeCards(s, node, nil)
+	choices, reason := placement.Place(n.Cards, n.Mixed, req, p.cardPolicy, nil)
+	if reason != "" {
+		return nil
+	}
+	s.addDelta(node, holdingOf(node, req, placement.Slices(n.Cards, req, choices)), 1)
+	return nil
+}
+
+// RemovePod implements framework.PreFilterExtensions.
+func (p *QGPU) RemovePod(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, rm fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	node := nodeInfo.Node().Name
+	if h, ok := p.ledger.Holding(rm.GetPod().UID); ok && h.Node == node {
+		s.addDelta(node, h, -1)
+	}
+	return nil
+}
+
+func (s *cycleState) addDelta(node string, h ledger.Holding, sign int) {
+	if s.deltas == nil {
+		s.deltas = map[string][]delta{}
+	}
+	s.deltas[node] = append(s.deltas[node], delta{holding: h, sign: sign})
+}

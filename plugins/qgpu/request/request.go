@@ -1,0 +1,159 @@
+// Package request turns a pod into the qGPU request it makes, enforcing every
+// rule of DESIGN §2. It is shared by the scheduler plugin, the agent and the
+// trace replay, and it imports nothing from the scheduler framework.
+package request
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// ErrInvalid marks every rejection: a pod that can never be placed as written.
+var ErrInvalid = errors.New("invalid qGPU request")
+
+// MaxMemoryGiB bounds one container's memory request (the largest card holds 192 GiB).
+const MaxMemoryGiB = 16 << 10
+
+// Request is what a pod asks of the qGPU cards of one node.
+type Request struct {
+	Class protocol.Class
+	// Containers are the pod's containers that ask for qGPU resources, in pod order.
+	Containers []Container
+	// UseTypes and NoUseTypes are lower-cased model filters (substring match).
+	UseTypes, NoUseTypes []string
+}
+
+// Container is one container's slice request.
+type Container struct {
+	Name string
+	// MemoryGiB is the container's whole memory; for Cards > 1 it is split evenly.
+	MemoryGiB int64
+	// Cores is qgpu-core (general), qgpu-core-greedy (offline) or 0 (online).
+	// For Cards > 1 it is 100 per card.
+	Cores int64
+	// Cards is k for a general container asking C = 100·k, else 1.
+	Cards int
+}
+
+// Whole reports whether the container takes whole cards exclusively.
+func (c Container) Whole() bool { return c.Cores >= protocol.CoresPerCard }
+
+// PerCardMemoryGiB is the memory the container takes on each of its cards.
+func (c Container) PerCardMemoryGiB() int64 { return c.MemoryGiB / int64(c.Cards) }
+
+// PerCardCores is the core budget the container takes on each of its cards.
+func (c Container) PerCardCores() int64 { return c.Cores / int64(c.Cards) }
+
+// Parse returns the pod's qGPU request, nil (and no error) when the pod asks
+// for no qGPU resource, or an error wrapping ErrInvalid that names the rule,
+// the field and the value.
+func Parse(pod *v1.Pod) (*Request, error) {
+	asks, err := scanPod(pod)
+	if err != nil || !asks {
+		return nil, err
+	}
+	value, present := pod.Annotations[protocol.AnnotationAppClass]
+	class, err := protocol.ParseClass(value, present)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	req := &Request{Class: class}
+	if req.UseTypes, err = modelList(pod, protocol.AnnotationUseGPUType); err != nil {
+		return nil, err
+	}
+	if req.NoUseTypes, err = modelList(pod, protocol.AnnotationNoUseGPUType); err != nil {
+		return nil, err
+	}
+	for i := range pod.Spec.Containers {
+		c, ok, err := parseContainer(class, &pod.Spec.Containers[i])
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			req.Containers = append(req.Containers, c)
+		}
+	}
+	if err := checkPod(req); err != nil {
+		return nil, err
+	}
+	return req, nil
+}
+
+// scanPod reports whether any container asks for a qGPU resource, and rejects
+// qGPU resources where they cannot be honoured (init and ephemeral containers).
+func scanPod(pod *v1.Pod) (bool, error) {
+	for _, c := range pod.Spec.InitContainers {
+		if name, ok := firstQGPUResource(&c); ok {
+			return false, invalidf("initContainers[%s]: %s: qGPU resources are supported in regular containers only", c.Name, name)
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if _, ok := firstQGPUResource(&pod.Spec.Containers[i]); ok {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func firstQGPUResource(c *v1.Container) (string, bool) {
+	for _, name := range []string{protocol.ResourceMemory, protocol.ResourceCore, protocol.ResourceCoreGreedy} {
+		if _, ok := quantity(c, name); ok {
+			return name, true
+		}
+	}
+	return "", false
+}
+
+// quantity reads a resource from limits, falling back to requests: for
+// extended resources the API server requires them equal when both are set.
+func quantity(c *v1.Container, name string) (resource.Quantity, bool) {
+	if q, ok := c.Resources.Limits[v1.ResourceName(name)]; ok {
+		return q, true
+	}
+	q, ok := c.Resources.Requests[v1.ResourceName(name)]
+	return q, ok
+}
+
+// integer reads a resource as a whole number; absent is 0.
+func integer(c *v1.Container, name string) (int64, error) {
+	q, ok := quantity(c, name)
+	if !ok {
+		return 0, nil
+	}
+	if q.MilliValue()%1000 != 0 {
+		return 0, invalidf("containers[%s]: %s: value %s must be a whole number", c.Name, name, q.String())
+	}
+	if l, ok := c.Resources.Limits[v1.ResourceName(name)]; ok {
+		if r, ok := c.Resources.Requests[v1.ResourceName(name)]; ok && r.Cmp(l) != 0 {
+			return 0, invalidf("containers[%s]: %s: request %s must equal limit %s", c.Name, name, r.String(), l.String())
+		}
+	}
+	return q.Value(), nil
+}
+
+func modelList(pod *v1.Pod, key string) ([]string, error) {
+	raw, ok := pod.Annotations[key]
+	if !ok {
+		return nil, nil
+	}
+	var out []string
+	for _, m := range strings.Split(raw, ",") {
+		if m = strings.ToLower(strings.TrimSpace(m)); m != "" {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return nil, invalidf("annotation %s: value %q names no GPU model", key, raw)
+	}
+	return out, nil
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}

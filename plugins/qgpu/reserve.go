@@ -1,0 +1,59 @@
+package qgpu
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+)
+
+// Reserve chooses the cards against the live ledger, under the node's lock,
+// and records the choice in memory only; PreBind writes it to the API.
+func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	s, err := readState(cs)
+	if err != nil {
+		return fwk.AsStatus(err)
+	}
+	var assignment []protocol.ContainerAssignment
+	_, err = p.ledger.Reserve(pod.UID, nodeName, s.req.Class, func(n ledger.Node) ([]protocol.Slice, error) {
+		if n.Invalid != "" {
+			return nil, fmt.Errorf("%s: %s", ReasonNoInventory, n.Invalid)
+		}
+		choices, reason := placement.Place(n.Cards, n.Mixed, s.req, p.cardPolicy, nil)
+		if reason != "" {
+			return nil, fmt.Errorf("%s", reason)
+		}
+		assignment = placement.Slices(n.Cards, s.req, choices)
+		return holdingOf(nodeName, s.req, assignment).Slices, nil
+	})
+	if err != nil {
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
+	}
+	s.assignment = assignment
+	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
+	return nil
+}
+
+// Unreserve frees what Reserve recorded; it is idempotent and never frees a
+// newer decision for the same pod on another node.
+func (p *QGPU) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if p.ledger.Release(pod.UID, nodeName) {
+		klog.FromContext(ctx).V(4).Info("qGPU slices released", "pod", klog.KObj(pod), "node", nodeName)
+	}
+}
+
+// holdingOf flattens an assignment into a ledger holding.
+func holdingOf(node string, req *request.Request, containers []protocol.ContainerAssignment) ledger.Holding {
+	h := ledger.Holding{Node: node, Class: req.Class}
+	for _, c := range containers {
+		h.Slices = append(h.Slices, c.Slices...)
+	}
+	return h
+}

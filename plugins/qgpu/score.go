@@ -1,0 +1,52 @@
+package qgpu
+
+import (
+	"context"
+
+	v1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+)
+
+// Score places the pod on a copy of the node's cards and scores the result
+// by the node policy (and, for online/offline pods, seed 000's preferences).
+func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s, err := readState(cs)
+	if err != nil {
+		return 0, fwk.AsStatus(err)
+	}
+	var buf [cardBuf]ledger.Card
+	n := p.nodeCards(s, nodeInfo.Node().Name, buf[:0])
+	var choices [cardBuf]placement.Choice
+	placed, reason := placement.Place(n.Cards, n.Mixed, s.req, p.cardPolicy, choices[:0])
+	if reason != "" {
+		return 0, nil
+	}
+	return placement.NodeScore(n.Cards, s.req, p.nodePolicy, placed), nil
+}
+
+// ScoreExtensions implements framework.ScorePlugin.
+func (p *QGPU) ScoreExtensions() framework.ScoreExtensions { return p }
+
+// NormalizeScore stretches the scores to [0, MaxNodeScore] so that the
+// difference between candidate nodes weighs fully against other plugins.
+func (p *QGPU) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores framework.NodeScoreList) *fwk.Status {
+	if len(scores) == 0 {
+		return nil
+	}
+	lo, hi := scores[0].Score, scores[0].Score
+	for _, s := range scores {
+		lo, hi = min(lo, s.Score), max(hi, s.Score)
+	}
+	for i := range scores {
+		if hi == lo {
+			scores[i].Score = framework.MaxNodeScore
+			continue
+		}
+		scores[i].Score = (scores[i].Score - lo) * framework.MaxNodeScore / (hi - lo)
+	}
+	return nil
+}

@@ -1,0 +1,131 @@
+package qgpu
+
+import (
+	"context"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+)
+
+// watch feeds the ledger from the scheduler's informers: node inventories,
+// and the assignments of bound pods (the rebuild after a restart). Terminal
+// and deleted pods free their slices at once (the scheduler's pod informer
+// drops terminal pods, so they arrive as deletes).
+func (p *QGPU) watch(ctx context.Context) error {
+	f := p.handle.SharedInformerFactory()
+	nodes, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.setNode(ctx, obj.(*v1.Node)) },
+		UpdateFunc: func(_, obj any) { p.setNode(ctx, obj.(*v1.Node)) },
+		DeleteFunc: func(obj any) {
+			if n, ok := tombstone[*v1.Node](obj); ok {
+				p.ledger.RemoveNode(n.Name)
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching nodes: %w", err)
+	}
+	pods, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { p.observePod(ctx, obj.(*v1.Pod)) },
+		UpdateFunc: func(_, obj any) { p.observePod(ctx, obj.(*v1.Pod)) },
+		DeleteFunc: func(obj any) {
+			if pod, ok := tombstone[*v1.Pod](obj); ok {
+				p.ledger.Release(pod.UID, "")
+			}
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("watching pods: %w", err)
+	}
+	p.synced = []cache.InformerSynced{nodes.HasSynced, pods.HasSynced}
+	return nil
+}
+
+func tombstone[T any](obj any) (T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	t, ok := obj.(T)
+	return t, ok
+}
+
+// setNode reads a node's inventory into the ledger. A qGPU node without a
+// valid inventory has no cards; the reason goes to an event on the node.
+func (p *QGPU) setNode(ctx context.Context, node *v1.Node) {
+	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
+		p.ledger.SetNode(node.Name, nil, ReasonNotQGPUNode, false)
+		return
+	}
+	mixed := node.Labels[protocol.LabelMixedEnable] == protocol.LabelValueEnable
+	raw, ok := node.Annotations[protocol.AnnotationInventory]
+	if !ok {
+		p.ledger.SetNode(node.Name, nil, "no annotation "+protocol.AnnotationInventory, mixed)
+		return
+	}
+	inv, err := protocol.DecodeInventory([]byte(raw))
+	if err != nil {
+		reason := err.Error()
+		before, _ := p.ledger.CopyNode(node.Name, nil)
+		p.ledger.SetNode(node.Name, nil, reason, mixed)
+		if before.Invalid != reason {
+			klog.FromContext(ctx).Info("qGPU node has an invalid inventory; treating it as having no cards", "node", klog.KObj(node), "err", err)
+			if rec := p.handle.EventRecorder(); rec != nil {
+				rec.Eventf(node, nil, v1.EventTypeWarning, "InvalidQGPUInventory", "Scheduling", "node has no usable qGPU cards: %s", truncate(reason, 512))
+			}
+		}
+		return
+	}
+	p.ledger.SetNode(node.Name, inv, "", mixed)
+}
+
+// observePod records the assignment of a bound pod. Only the scheduler's own
+// assignments count: bound to the pod's UID and to the node it runs on.
+func (p *QGPU) observePod(ctx context.Context, pod *v1.Pod) {
+	if pod.Spec.NodeName == "" {
+		return
+	}
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		p.ledger.Release(pod.UID, "")
+		return
+	}
+	raw, ok := pod.Annotations[protocol.AnnotationAssignment]
+	if !ok {
+		return
+	}
+	a, err := trustedAssignment(pod, raw)
+	if err != nil {
+		klog.FromContext(ctx).V(4).Info("ignoring qGPU assignment", "pod", klog.KObj(pod), "err", err)
+		return
+	}
+	h := ledger.Holding{Node: a.Node, Class: a.Class}
+	for _, c := range a.Containers {
+		h.Slices = append(h.Slices, c.Slices...)
+	}
+	if p.ledger.Observe(pod.UID, h) {
+		klog.FromContext(ctx).V(5).Info("qGPU slices observed", "pod", klog.KObj(pod), "node", a.Node)
+	}
+}
+
+func trustedAssignment(pod *v1.Pod, raw string) (*protocol.Assignment, error) {
+	a, err := protocol.DecodeAssignment([]byte(raw))
+	if err != nil {
+		return nil, err
+	}
+	if types.UID(a.PodUID) != pod.UID || a.Node != pod.Spec.NodeName {
+		return nil, fmt.Errorf("assignment was not made for this pod (uid %q, node %q)", a.PodUID, a.Node)
+	}
+	return a, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

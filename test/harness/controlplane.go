@@ -1,0 +1,205 @@
+// Package harness starts the real components of DESIGN §5 for tests and for
+// the playground: an embedded etcd, an in-process kube-apiserver, and hollow
+// nodes (bin/qgpu-hollow-node) run as subprocesses.
+package harness
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"path"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.etcd.io/etcd/server/v3/embed"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/connrotation"
+	apiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+	"k8s.io/kubernetes/test/utils/ktesting"
+)
+
+// ControlPlaneOptions configures StartControlPlane. The zero value is a
+// permissive (AlwaysAllow) control plane with quiet logs.
+type ControlPlaneOptions struct {
+	// RBAC turns on --authorization-mode=Node,RBAC, so that components can be
+	// run with least-privilege credentials (see KubeconfigForServiceAccount).
+	RBAC bool
+	// ExtraFlags are appended to the kube-apiserver flags.
+	ExtraFlags []string
+	// Dir holds etcd data and certificates. Empty: a new temporary directory,
+	// removed by Stop.
+	Dir string
+	// Logf receives the test server's progress messages; nil discards them.
+	Logf func(format string, args ...any)
+	// Verbosity is the global klog -v. It is set on every start because the
+	// ktesting package, linked in with the test server, raises it to 5 at
+	// init, which makes the apiserver log thousands of lines per test.
+	Verbosity int
+}
+
+// ControlPlane is a running etcd plus kube-apiserver.
+type ControlPlane struct {
+	// Config is an admin (system:masters) client-certificate config. Every
+	// copy of it shares one dialer that Stop cuts first, so that open watches
+	// cannot hold the apiserver's shutdown for 60 s.
+	Config *rest.Config
+	Client kubernetes.Interface
+	// URL is the apiserver's https URL on 127.0.0.1.
+	URL string
+	// Dir holds etcd data and certificates.
+	Dir string
+
+	servingCA []byte
+	clientCA  *certAuthority
+	dialer    *connrotation.Dialer
+	tb        *programTB
+	teardown  func()
+	etcd      *embed.Etcd
+	removeDir bool
+}
+
+// StartControlPlane starts etcd and kube-apiserver. ctx bounds the start
+// only: the control plane runs until Stop.
+func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *ControlPlane, err error) {
+	setKlogVerbosity(opts.Verbosity)
+	cp := &ControlPlane{Dir: opts.Dir}
+	if cp.Dir == "" {
+		if cp.Dir, err = os.MkdirTemp("", "qgpu-controlplane-"); err != nil {
+			return nil, fmt.Errorf("creating control plane dir: %w", err)
+		}
+		cp.removeDir = true
+	}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+		}
+	}()
+	var etcdAddr string
+	if cp.etcd, etcdAddr, err = startEtcd(cp.Dir); err != nil {
+		return nil, err
+	}
+	if cp.clientCA, err = newCertAuthority("qgpu-harness-client-ca"); err != nil {
+		return nil, err
+	}
+	caFile := path.Join(cp.Dir, "client-ca.crt")
+	if err := os.WriteFile(caFile, cp.clientCA.certPEM, 0o644); err != nil {
+		return nil, fmt.Errorf("writing client CA: %w", err)
+	}
+	if err := cp.startAPIServer(ctx, opts, etcdAddr, apiserverFlags(opts, caFile)); err != nil {
+		return nil, err
+	}
+	if err := cp.buildAdminClient(); err != nil {
+		return nil, err
+	}
+	return cp, nil
+}
+
+func apiserverFlags(opts ControlPlaneOptions, clientCAFile string) []string {
+	flags := []string{
+		// ServiceAccount admission wants a token controller we do not run;
+		// TaintNodesByCondition would taint every new Node not-ready, and no
+		// node lifecycle controller runs to lift it.
+		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+		// Overrides the test server's own client CA, whose key it discards,
+		// so that the harness can mint client certificates for any user.
+		"--client-ca-file=" + clientCAFile,
+	}
+	if opts.RBAC {
+		flags = append(flags, "--authorization-mode=Node,RBAC")
+	}
+	return append(flags, opts.ExtraFlags...)
+}
+
+// startAPIServer runs the test server in a goroutine of its own because its
+// Fatalf (through programTB) ends the calling goroutine.
+func (cp *ControlPlane) startAPIServer(ctx context.Context, opts ControlPlaneOptions, etcdAddr string, flags []string) error {
+	storage := storagebackend.NewDefaultConfig(path.Join(uuid.New().String(), "registry"), nil)
+	storage.Transport.ServerList = []string{"http://" + etcdAddr}
+
+	cp.tb = newProgramTB("qgpu-harness", cp.Dir, opts.Logf)
+	// A TContext of our own makes the test server skip ktesting.Init (which
+	// would route all apiserver logs through tb) and lets ctx abort the start.
+	tCtx := ktesting.WithCancel(ktesting.InitCtx(context.WithoutCancel(ctx), cp.tb))
+	stopOnCtx := context.AfterFunc(ctx, func() { tCtx.Cancel("start aborted: " + context.Cause(ctx).Error()) })
+	defer stopOnCtx()
+
+	type result struct {
+		server apiservertesting.TestServer
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res := result{err: errors.New("test server called Fatal")}
+		defer func() { done <- res }()
+		res.server, res.err = apiservertesting.StartTestServer(tCtx, nil, flags, storage)
+	}()
+	res := <-done
+	if res.err != nil {
+		if msg := cp.tb.firstError(); msg != "" {
+			res.err = fmt.Errorf("%w: %s", res.err, msg)
+		}
+		tCtx.Cancel("start failed")
+		return fmt.Errorf("starting kube-apiserver: %w", res.err)
+	}
+	cp.teardown = res.server.TearDownFn
+	cp.URL = "https://127.0.0.1:" + strconv.Itoa(res.server.ServerOpts.SecureServing.BindPort)
+	certFile := res.server.ServerOpts.SecureServing.ServerCert.CertKey.CertFile
+	// The serving certificate file holds the chain up to its self-signed CA;
+	// keep it in memory because the test server deletes its directory.
+	var err error
+	if cp.servingCA, err = os.ReadFile(certFile); err != nil {
+		return fmt.Errorf("reading apiserver serving certificate: %w", err)
+	}
+	return nil
+}
+
+func (cp *ControlPlane) buildAdminClient() error {
+	cfg, err := cp.ConfigForUser("qgpu-harness-admin", "system:masters")
+	if err != nil {
+		return err
+	}
+	cp.dialer = connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)
+	cfg.Dial = cp.dialer.DialContext
+	cp.Config = cfg
+	if cp.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("creating admin clientset: %w", err)
+	}
+	return nil
+}
+
+// Stop tears down the apiserver and etcd, and removes Dir if it created it.
+// It is safe to call more than once.
+func (cp *ControlPlane) Stop() {
+	if cp.dialer != nil {
+		cp.dialer.CloseAll()
+	}
+	if cp.teardown != nil {
+		cp.teardown()
+		cp.teardown = nil
+	}
+	if cp.tb != nil {
+		cp.tb.runCleanups()
+	}
+	if cp.etcd != nil {
+		cp.etcd.Close()
+		cp.etcd = nil
+	}
+	if cp.removeDir && cp.Dir != "" {
+		_ = os.RemoveAll(cp.Dir)
+		cp.removeDir = false
+	}
+}
+
+// setKlogVerbosity sets klog's global -v, which ktesting registers on
+// flag.CommandLine.
+func setKlogVerbosity(v int) {
+	if f := flag.CommandLine.Lookup("v"); f != nil {
+		_ = f.Value.Set(strconv.Itoa(v))
+	}
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	cadvisorapi "github.com/google/cadvisor/info/v1"
+	"go.opentelemetry.io/otel/trace/noop"
+	clientset "k8s.io/client-go/kubernetes"
+	internalapi "k8s.io/cri-api/pkg/apis"
+	"k8s.io/client-go/tools/clientcmd"
+	remote "k8s.io/cri-client/pkg"
+	fakeremote "k8s.io/cri-client/pkg/fake"
+	"k8s.io/klog/v2"
+	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
+	kubeletoptions "k8s.io/kubernetes/cmd/kubelet/app/options"
+	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
+	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
+	"k8s.io/kubernetes/pkg/kubemark"
+)
+
+// run starts the kubelet and blocks until SIGTERM or SIGINT.
+func run(o *options) error {
+	if o.isolate {
+		if err := setupMounts(o.rootDir); err != nil {
+			return err
+		}
+	}
+	if err := makeDirs(o.rootDir); err != nil {
+		return err
+	}
+	// kubemark's config helper and parts of the kubelet make temporary
+	// directories; keep them under the node's root dir, not the host's /tmp.
+	if err := os.Setenv("TMPDIR", filepath.Join(o.rootDir, "tmp")); err != nil {
+		return fmt.Errorf("setting TMPDIR: %w", err)
+	}
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+
+	agents := &agentRunner{o: o}
+	devices, err := newDeviceContainerManager(agents.start)
+	if err != nil {
+		return err
+	}
+	fakeRuntime, runtimeService, err := startFakeRuntime(o.rootDir)
+	if err != nil {
+		return err
+	}
+	defer fakeRuntime.Stop()
+	client, heartbeat, err := newClients(o.kubeconfig, o.statusPeriod)
+	if err != nil {
+		return err
+	}
+	flags, config := kubeletConfig(o)
+	hk := kubemark.NewHollowKubelet(flags, config, client, heartbeat,
+		&machine{Fake: cadvisortest.Fake{NodeName: o.nodeName}, cores: o.cpu, memory: uint64(o.memory.Value())},
+		fakeRuntime.ImageService,
+		&recordingRuntime{RuntimeService: runtimeService, dir: filepath.Join(o.rootDir, "containers"), devices: devices},
+		devices)
+	// The kubelet ignores cancellation of this context; shutdown is by exit.
+	ctx := klog.NewContext(context.Background(), klog.Background())
+	server := &kubeletoptions.KubeletServer{KubeletFlags: *flags, KubeletConfiguration: *config}
+	if err := kubeletapp.RunKubelet(ctx, server, hk.KubeletDeps); err != nil {
+		agents.stop(time.Second)
+		return fmt.Errorf("running hollow kubelet: %w", err)
+	}
+	for s := range sigs {
+		if s == syscall.SIGHUP {
+			klog.InfoS("SIGHUP: restarting the device manager")
+			if err := devices.RestartDeviceManager(); err != nil {
+				klog.ErrorS(err, "Restarting device manager")
+			}
+			continue
+		}
+		klog.InfoS("Stopping", "signal", s)
+		break
+	}
+	agents.stop(3 * time.Second)
+	devices.Stop()
+	return nil
+}
+
+func makeDirs(root string) error {
+	for _, d := range []string{"tmp", "kubelet", "containers", "static-pods", "pod-logs"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return fmt.Errorf("creating %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+func startFakeRuntime(root string) (*fakeremote.RemoteRuntime, internalapi.RuntimeService, error) {
+	endpoint := "unix://" + filepath.Join(root, "cri.sock")
+	fake := fakeremote.NewFakeRemoteRuntime()
+	if err := fake.Start(endpoint); err != nil {
+		return nil, nil, fmt.Errorf("starting fake CRI runtime: %w", err)
+	}
+	logger := klog.Background()
+	svc, err := remote.NewRemoteRuntimeService(endpoint, 15*time.Second, noop.NewTracerProvider(), &logger)
+	if err != nil {
+		fake.Stop()
+		return nil, nil, fmt.Errorf("connecting to fake CRI runtime: %w", err)
+	}
+	return fake, svc, nil
+}
+
+// newClients builds the kubelet's clients as kubemark does: a main one and
+// a heartbeat one with a timeout no longer than the status period.
+func newClients(kubeconfig string, statusPeriod time.Duration) (*clientset.Clientset, *clientset.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading kubeconfig %s: %w", kubeconfig, err)
+	}
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.UserAgent = "qgpu-hollow-node"
+	cfg.QPS, cfg.Burst = 50, 100
+	client, err := clientset.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating client: %w", err)
+	}
+	hb := *cfg
+	hb.Timeout = max(statusPeriod, 10*time.Second)
+	hb.QPS = -1
+	heartbeat, err := clientset.NewForConfig(&hb)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating heartbeat client: %w", err)
+	}
+	return client, heartbeat, nil
+}
+
+// kubeletConfig starts from kubemark's hollow kubelet config and moves every
+// path under the root dir. The kubelet's HTTP servers stay off: several
+// nodes share the host's network namespace and would fight over 10250.
+func kubeletConfig(o *options) (*kubeletoptions.KubeletFlags, *kubeletconfig.KubeletConfiguration) {
+	f, c := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
+		NodeName:   o.nodeName,
+		MaxPods:    o.pods,
+		NodeLabels: o.nodeLabels,
+	})
+	f.RootDirectory = filepath.Join(o.rootDir, "kubelet")
+	c.StaticPodPath = filepath.Join(o.rootDir, "static-pods")
+	c.PodLogsDir = filepath.Join(o.rootDir, "pod-logs")
+	c.EnableServer = false
+	c.ReadOnlyPort = 0
+	c.NodeStatusUpdateFrequency.Duration = o.statusPeriod
+	return f, c
+}
+
+// machine is cadvisor's fake with the node's configured CPU and memory.
+type machine struct {
+	cadvisortest.Fake
+	cores  int
+	memory uint64
+}
+
+func (m *machine) MachineInfo() (*cadvisorapi.MachineInfo, error) {
+	info, err := m.Fake.MachineInfo()
+	if err != nil {
+		return nil, err
+	}
+	info.NumCores = m.cores
+	info.MemoryCapacity = m.memory
+	return info, nil
+}
