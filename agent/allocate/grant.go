@@ -53,15 +53,27 @@ func containerGrant(pod *v1.Pod, class protocol.Class, c protocol.ContainerAssig
 		if !ok {
 			return protocol.ContainerAssignment{}, false
 		}
-		for i := range out.Slices {
-			for _, s := range core.Slices {
-				if s.UUID == out.Slices[i].UUID {
-					out.Slices[i].Cores = s.Cores
-				}
-			}
-		}
+		setCores(out.Slices, core.Slices)
 	}
 	return out, true
+}
+
+// setCores copies the cores of the core grant onto the memory slices, by card;
+// when the reconciler has moved only one of a container's grants (the kubelet
+// swapped two identical containers for one resource) the cards differ, and the
+// cores go by position: they are what the container's environment says.
+func setCores(mem, core []protocol.Slice) {
+	for i := range mem {
+		found := false
+		for _, s := range core {
+			if s.UUID == mem[i].UUID {
+				mem[i].Cores, found = s.Cores, true
+			}
+		}
+		if !found && i < len(core) {
+			mem[i].Cores = core[i].Cores
+		}
+	}
 }
 
 // PatchGrant writes grant as the pod's grant annotation. The patch carries the

@@ -83,6 +83,10 @@ func (a *Assignment) Validate() field.ErrorList {
 	if len(a.Containers) == 0 || len(a.Containers) > 64 {
 		errs = append(errs, field.Invalid(cp, len(a.Containers), "must hold 1 to 64 containers"))
 	}
+	// uuidOf ties each card index to one UUID over the whole assignment.
+	uuidOf := map[int]string{}
+	indexOf := map[string]int{}
+	oneCard := -1
 	for i, c := range a.Containers {
 		p := cp.Index(i)
 		if c.Name == "" {
@@ -91,8 +95,43 @@ func (a *Assignment) Validate() field.ErrorList {
 		if len(c.Slices) == 0 || len(c.Slices) > MaxCards {
 			errs = append(errs, field.Invalid(p.Child("slices"), len(c.Slices), fmt.Sprintf("must hold 1 to %d slices", MaxCards)))
 		}
+		if len(c.Slices) > 1 && a.Class != ClassGeneral {
+			errs = append(errs, field.Invalid(p.Child("slices"), len(c.Slices), fmt.Sprintf("a %s container uses one card", a.Class)))
+		}
 		for j, s := range c.Slices {
-			errs = append(errs, s.validate(p.Child("slices").Index(j))...)
+			sp := p.Child("slices").Index(j)
+			errs = append(errs, s.validate(sp)...)
+			errs = append(errs, a.validateSliceCard(sp, c.Slices[:j], s, uuidOf, indexOf, &oneCard)...)
+		}
+	}
+	return errs
+}
+
+// validateSliceCard checks a slice against the others: one container never
+// holds two slices of one card, an index names one UUID (and a UUID one index)
+// throughout, and the containers of an online or offline pod share one card.
+func (a *Assignment) validateSliceCard(p *field.Path, earlier []Slice, s Slice, uuidOf map[int]string, indexOf map[string]int, oneCard *int) field.ErrorList {
+	var errs field.ErrorList
+	for _, e := range earlier {
+		if e.Index == s.Index {
+			errs = append(errs, field.Duplicate(p.Child("index"), s.Index))
+			break
+		}
+	}
+	if u, ok := uuidOf[s.Index]; ok && u != s.UUID {
+		errs = append(errs, field.Invalid(p.Child("uuid"), s.UUID, fmt.Sprintf("card %d is %q elsewhere in the assignment", s.Index, u)))
+	} else if i, ok := indexOf[s.UUID]; ok && i != s.Index {
+		errs = append(errs, field.Invalid(p.Child("index"), s.Index, fmt.Sprintf("card %q is index %d elsewhere in the assignment", s.UUID, i)))
+	}
+	uuidOf[s.Index], indexOf[s.UUID] = s.UUID, s.Index
+	if a.Class == ClassOnline && s.Cores != 0 {
+		errs = append(errs, field.Invalid(p.Child("cores"), s.Cores, "online pods hold no cores"))
+	}
+	if a.Class != ClassGeneral {
+		if *oneCard < 0 {
+			*oneCard = s.Index
+		} else if *oneCard != s.Index {
+			errs = append(errs, field.Invalid(p.Child("index"), s.Index, fmt.Sprintf("all containers of a %s pod share card %d", a.Class, *oneCard)))
 		}
 	}
 	return errs

@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/uuid"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -61,6 +63,7 @@ type ControlPlane struct {
 	tb        *programTB
 	teardown  func()
 	etcd      *embed.Etcd
+	etcdLevel zap.AtomicLevel
 	removeDir bool
 }
 
@@ -81,7 +84,8 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 		}
 	}()
 	var etcdAddr string
-	if cp.etcd, etcdAddr, err = startEtcd(cp.Dir); err != nil {
+	cp.etcdLevel = zap.NewAtomicLevelAt(zapcore.ErrorLevel)
+	if cp.etcd, etcdAddr, err = startEtcd(cp.Dir, cp.etcdLevel); err != nil {
 		return nil, err
 	}
 	if cp.clientCA, err = newCertAuthority("qgpu-harness-client-ca"); err != nil {
@@ -187,6 +191,7 @@ func (cp *ControlPlane) Stop() {
 		cp.tb.runCleanups()
 	}
 	if cp.etcd != nil {
+		cp.etcdLevel.SetLevel(zapcore.FatalLevel)
 		cp.etcd.Close()
 		cp.etcd = nil
 	}

@@ -10,7 +10,6 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 )
 
 // startEtcd starts an embedded single-member etcd with its data under dir.
@@ -19,10 +18,10 @@ import (
 // testing.TB (which only the testing package can implement) and the
 // playground binary must start the same etcd. The free-port choice can race
 // with another process, so a bind failure is retried on new ports.
-func startEtcd(dir string) (*embed.Etcd, string, error) {
+func startEtcd(dir string, level zap.AtomicLevel) (*embed.Etcd, string, error) {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		e, err := tryStartEtcd(dir)
+		e, err := tryStartEtcd(dir, level)
 		if err == nil {
 			return e, e.Clients[0].Addr().String(), nil
 		}
@@ -31,7 +30,7 @@ func startEtcd(dir string) (*embed.Etcd, string, error) {
 	return nil, "", fmt.Errorf("starting embedded etcd: %w", lastErr)
 }
 
-func tryStartEtcd(dir string) (*embed.Etcd, error) {
+func tryStartEtcd(dir string, level zap.AtomicLevel) (*embed.Etcd, error) {
 	ports, err := freePorts(2)
 	if err != nil {
 		return nil, err
@@ -48,7 +47,7 @@ func tryStartEtcd(dir string) (*embed.Etcd, error) {
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(errorOnlyLogger())
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(etcdLogger(level))
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -67,11 +66,12 @@ func tryStartEtcd(dir string) (*embed.Etcd, error) {
 	}
 }
 
-// errorOnlyLogger keeps etcd quiet unless something is wrong: at info level
-// it writes several hundred lines per start.
-func errorOnlyLogger() *zap.Logger {
+// etcdLogger logs at level, which the control plane keeps at error (at info
+// etcd writes several hundred lines per start) and raises before Close,
+// where etcd reports its own closed listeners as errors.
+func etcdLogger(level zap.AtomicLevel) *zap.Logger {
 	cfg := zap.NewProductionConfig()
-	cfg.Level = zap.NewAtomicLevelAt(zapcore.ErrorLevel)
+	cfg.Level = level
 	cfg.OutputPaths = []string{"stderr"}
 	cfg.ErrorOutputPaths = []string{"stderr"}
 	l, err := cfg.Build()

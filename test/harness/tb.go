@@ -102,13 +102,13 @@ func (t *programTB) Fatalf(format string, args ...any) {
 	runtime.Goexit()
 }
 
-func (t *programTB) Helper()                           {}
-func (t *programTB) Log(args ...any)                   { t.logf("%s", fmt.Sprint(args...)) }
-func (t *programTB) Logf(format string, args ...any)   { t.logf(format, args...) }
-func (t *programTB) Name() string                      { return t.name }
-func (t *programTB) Setenv(key, value string)          { _ = os.Setenv(key, value) }
-func (t *programTB) Skip(args ...any)                  { t.Fatal(append([]any{"skip: "}, args...)...) }
-func (t *programTB) SkipNow()                          { t.Fatal("skip") }
-func (t *programTB) Skipf(format string, args ...any)  { t.Fatalf("skip: "+format, args...) }
-func (t *programTB) Skipped() bool                     { return false }
-func (t *programTB) TempDir() string                   { return t.tmpDir }
+func (t *programTB) Helper()                          {}
+func (t *programTB) Log(args ...any)                  { t.logf("%s", fmt.Sprint(args...)) }
+func (t *programTB) Logf(format string, args ...any)  { t.logf(format, args...) }
+func (t *programTB) Name() string                     { return t.name }
+func (t *programTB) Setenv(key, value string)         { _ = os.Setenv(key, value) }
+func (t *programTB) Skip(args ...any)                 { t.Fatal(append([]any{"skip: "}, args...)...) }
+func (t *programTB) SkipNow()                         { t.Fatal("skip") }
+func (t *programTB) Skipf(format string, args ...any) { t.Fatalf("skip: "+format, args...) }
+func (t *programTB) Skipped() bool                    { return false }
+func (t *programTB) TempDir() string                  { return t.tmpDir }

@@ -2,6 +2,9 @@ package harness
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -24,10 +27,60 @@ func StartWith(t testing.TB, opts ControlPlaneOptions) *ControlPlane {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	start := time.Now()
 	cp, err := StartControlPlane(ctx, opts)
 	if err != nil {
 		t.Fatalf("starting control plane: %v", err)
 	}
-	t.Cleanup(cp.Stop)
+	t.Logf("control plane up in %v at %s", time.Since(start).Round(time.Millisecond), cp.URL)
+	t.Cleanup(func() {
+		start := time.Now()
+		cp.Stop()
+		t.Logf("control plane stopped in %v", time.Since(start).Round(time.Millisecond))
+	})
 	return cp
+}
+
+// StartNode starts a hollow node for t with a kubeconfig of the node's own
+// identity (system:node:<name>, as the Node authorizer expects), a root dir
+// in t.TempDir(), and a cleanup that stops it and, if t failed, logs the
+// tails of node.log and agent.log.
+func StartNode(t testing.TB, cp *ControlPlane, opts HollowNodeOptions) *HollowNode {
+	t.Helper()
+	if opts.RootDir == "" {
+		opts.RootDir = t.TempDir()
+	}
+	if opts.Kubeconfig == "" {
+		opts.Kubeconfig = filepath.Join(opts.RootDir, "kubeconfig")
+		if err := cp.KubeconfigForUser(opts.Kubeconfig, "system:node:"+opts.Name, "system:nodes"); err != nil {
+			t.Fatalf("writing kubeconfig for node %s: %v", opts.Name, err)
+		}
+	}
+	n, err := StartHollowNode(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("starting hollow node %s: %v", opts.Name, err)
+	}
+	t.Cleanup(func() {
+		if err := n.Stop(); err != nil {
+			t.Errorf("stopping hollow node: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("node %s log tail:\n%s", n.Name, tail(n.LogPath(), 40))
+			t.Logf("node %s agent log tail:\n%s", n.Name, tail(n.AgentLogPath(), 20))
+		}
+	})
+	return n
+}
+
+// tail returns the last n lines of a file, or why it could not be read.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

@@ -12,14 +12,13 @@ import (
 	cadvisorapi "github.com/google/cadvisor/info/v1"
 	"go.opentelemetry.io/otel/trace/noop"
 	clientset "k8s.io/client-go/kubernetes"
-	internalapi "k8s.io/cri-api/pkg/apis"
 	"k8s.io/client-go/tools/clientcmd"
+	internalapi "k8s.io/cri-api/pkg/apis"
 	remote "k8s.io/cri-client/pkg"
 	fakeremote "k8s.io/cri-client/pkg/fake"
 	"k8s.io/klog/v2"
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 	kubeletoptions "k8s.io/kubernetes/cmd/kubelet/app/options"
-	kubeletconfig "k8s.io/kubernetes/pkg/kubelet/apis/config"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
 	"k8s.io/kubernetes/pkg/kubemark"
 )
@@ -56,7 +55,10 @@ func run(o *options) error {
 	if err != nil {
 		return err
 	}
-	flags, config := kubeletConfig(o)
+	flags, config, err := kubeletConfig(o)
+	if err != nil {
+		return err
+	}
 	hk := kubemark.NewHollowKubelet(flags, config, client, heartbeat,
 		&machine{Fake: cadvisortest.Fake{NodeName: o.nodeName}, cores: o.cpu, memory: uint64(o.memory.Value())},
 		fakeRuntime.ImageService,
@@ -69,20 +71,25 @@ func run(o *options) error {
 		agents.stop(time.Second)
 		return fmt.Errorf("running hollow kubelet: %w", err)
 	}
-	for s := range sigs {
-		if s == syscall.SIGHUP {
-			klog.InfoS("SIGHUP: restarting the device manager")
-			if err := devices.RestartDeviceManager(); err != nil {
-				klog.ErrorS(err, "Restarting device manager")
-			}
-			continue
-		}
-		klog.InfoS("Stopping", "signal", s)
-		break
-	}
+	waitForStop(sigs, devices)
 	agents.stop(3 * time.Second)
 	devices.Stop()
 	return nil
+}
+
+// waitForStop handles SIGHUP (device manager restart) until SIGTERM or
+// SIGINT arrives.
+func waitForStop(sigs <-chan os.Signal, devices *deviceContainerManager) {
+	for s := range sigs {
+		if s != syscall.SIGHUP {
+			klog.InfoS("Stopping", "signal", s)
+			return
+		}
+		klog.InfoS("SIGHUP: restarting the device manager")
+		if err := devices.RestartDeviceManager(); err != nil {
+			klog.ErrorS(err, "Restarting device manager")
+		}
+	}
 }
 
 func makeDirs(root string) error {
@@ -131,24 +138,6 @@ func newClients(kubeconfig string, statusPeriod time.Duration) (*clientset.Clien
 		return nil, nil, fmt.Errorf("creating heartbeat client: %w", err)
 	}
 	return client, heartbeat, nil
-}
-
-// kubeletConfig starts from kubemark's hollow kubelet config and moves every
-// path under the root dir. The kubelet's HTTP servers stay off: several
-// nodes share the host's network namespace and would fight over 10250.
-func kubeletConfig(o *options) (*kubeletoptions.KubeletFlags, *kubeletconfig.KubeletConfiguration) {
-	f, c := kubemark.GetHollowKubeletConfig(&kubemark.HollowKubeletOptions{
-		NodeName:   o.nodeName,
-		MaxPods:    o.pods,
-		NodeLabels: o.nodeLabels,
-	})
-	f.RootDirectory = filepath.Join(o.rootDir, "kubelet")
-	c.StaticPodPath = filepath.Join(o.rootDir, "static-pods")
-	c.PodLogsDir = filepath.Join(o.rootDir, "pod-logs")
-	c.EnableServer = false
-	c.ReadOnlyPort = 0
-	c.NodeStatusUpdateFrequency.Duration = o.statusPeriod
-	return f, c
 }
 
 // machine is cadvisor's fake with the node's configured CPU and memory.

@@ -5,6 +5,8 @@
 package ledger
 
 import (
+	"slices"
+
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -88,6 +90,14 @@ type Holding struct {
 	Class protocol.Class
 	// Slices are all the pod's slices, over all its containers.
 	Slices []protocol.Slice
+}
+
+// clone copies the holding with its own Slices, so that callers changing
+// their slices later cannot change what the ledger accounts.
+func (h *Holding) clone() *Holding {
+	c := *h
+	c.Slices = slices.Clone(h.Slices)
+	return &c
 }
 
 // perCard sums a holding per card index, so that a pod with two containers on

@@ -136,7 +136,11 @@ func (l *Ledger) Reserve(uid types.UID, node string, class protocol.Class, choos
 	if !h.FitsOn(n.node.Cards) {
 		return nil, ErrNoFit
 	}
-	l.record(uid, n, h)
+	// The check above ran under this node's lock only: a Reserve or Observe of
+	// the same pod on another node may have won since, so record checks again.
+	if cur := l.record(uid, n, h.clone()); cur != nil {
+		return nil, fmt.Errorf("pod %s already holds slices on node %q", uid, cur.Node)
+	}
 	return slices, nil
 }
 
@@ -151,16 +155,24 @@ func (l *Ledger) Observe(uid types.UID, h Holding) bool {
 	if l.holding(uid) != nil {
 		return false
 	}
-	l.record(uid, n, &h)
-	return true
+	return l.record(uid, n, h.clone()) == nil
 }
 
-func (l *Ledger) record(uid types.UID, n *nodeState, h *Holding) {
+// record adds h for uid unless the pod already holds slices (on any node),
+// in which case it returns that holding and changes nothing. The check and
+// the insert are one step under l.mu, so two nodes' locks never both win.
+// The caller holds n.mu.
+func (l *Ledger) record(uid types.UID, n *nodeState, h *Holding) *Holding {
 	l.mu.Lock()
+	if cur := l.holders[uid]; cur != nil {
+		l.mu.Unlock()
+		return cur
+	}
 	l.holders[uid] = h
 	l.mu.Unlock()
 	n.pods[uid] = h
 	h.ApplyTo(n.node.Cards, 1)
+	return nil
 }
 
 // Release frees a pod's slices; it is idempotent. With node non-empty it frees
@@ -192,7 +204,7 @@ func (l *Ledger) Holding(uid types.UID) (Holding, bool) {
 	if h == nil {
 		return Holding{}, false
 	}
-	return *h, true
+	return *h.clone(), true
 }
 
 func (l *Ledger) holding(uid types.UID) *Holding {

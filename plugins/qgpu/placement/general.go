@@ -12,7 +12,7 @@ import (
 func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, out []Choice) ([]Choice, string) {
 	start := len(out)
 	for ci, c := range req.Containers {
-		if c.Whole() {
+		if c.Whole {
 			var reason string
 			if out, reason = placeWhole(cards, req, ci, policy, out); reason != "" {
 				return out[:start], reason

@@ -6,6 +6,7 @@ package request
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -39,10 +40,12 @@ type Container struct {
 	Cores int64
 	// Cards is k for a general container asking C = 100·k, else 1.
 	Cards int
+	// Whole is true for a general container asking C = 100·k: it takes Cards
+	// whole cards exclusively. It is a field, not a test on Cores, because an
+	// offline container with qgpu-core-greedy 100 also has Cores 100 and shares
+	// its card.
+	Whole bool
 }
-
-// Whole reports whether the container takes whole cards exclusively.
-func (c Container) Whole() bool { return c.Cores >= protocol.CoresPerCard }
 
 // PerCardMemoryGiB is the memory the container takes on each of its cards.
 func (c Container) PerCardMemoryGiB() int64 { return c.MemoryGiB / int64(c.Cards) }
@@ -62,6 +65,9 @@ func Parse(pod *v1.Pod) (*Request, error) {
 	class, err := protocol.ParseClass(value, present)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if err := checkNoWholeGPU(pod); err != nil {
+		return nil, err
 	}
 	req := &Request{Class: class}
 	if req.UseTypes, err = modelList(pod, protocol.AnnotationUseGPUType); err != nil {
@@ -101,6 +107,26 @@ func scanPod(pod *v1.Pod) (bool, error) {
 	return false, nil
 }
 
+// checkNoWholeGPU rejects nvidia.com/gpu anywhere in a qGPU pod: a qGPU node
+// never hands cards out whole, and a pod needs a qGPU node, so such a pod could
+// never start wherever it was placed.
+func checkNoWholeGPU(pod *v1.Pod) error {
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			r := cs[i].Resources
+			_, inLimits := r.Limits[ResourceWholeGPU]
+			_, inRequests := r.Requests[ResourceWholeGPU]
+			if inLimits || inRequests {
+				return invalidf("containers[%s]: %s cannot be combined with qGPU resources in one pod", cs[i].Name, ResourceWholeGPU)
+			}
+		}
+	}
+	return nil
+}
+
+// ResourceWholeGPU is the whole-card resource of NVIDIA's device plugin.
+const ResourceWholeGPU v1.ResourceName = "nvidia.com/gpu"
+
 func firstQGPUResource(c *v1.Container) (string, bool) {
 	for _, name := range []string{protocol.ResourceMemory, protocol.ResourceCore, protocol.ResourceCoreGreedy} {
 		if _, ok := quantity(c, name); ok {
@@ -120,22 +146,38 @@ func quantity(c *v1.Container, name string) (resource.Quantity, bool) {
 	return q, ok
 }
 
-// integer reads a resource as a whole number; absent is 0.
-func integer(c *v1.Container, name string) (int64, error) {
+// integer reads a resource as a whole number and reports whether it is set;
+// absent is 0, false.
+//
+// Value and MilliValue alone are not enough: they round up (0.9999999999
+// would read as 1) and wrap or saturate on overflow (1e19 reads as 0, which
+// looks like an absent resource). AsInt64 is exact but refuses exact whole
+// numbers such as 1.0 and 1Pi. So: bound the value first, then read it, then
+// check with Cmp (exact) that reading it lost nothing.
+func integer(c *v1.Container, name string) (int64, bool, error) {
 	q, ok := quantity(c, name)
 	if !ok {
-		return 0, nil
-	}
-	if q.MilliValue()%1000 != 0 {
-		return 0, invalidf("containers[%s]: %s: value %s must be a whole number", c.Name, name, q.String())
+		return 0, false, nil
 	}
 	if l, ok := c.Resources.Limits[v1.ResourceName(name)]; ok {
 		if r, ok := c.Resources.Requests[v1.ResourceName(name)]; ok && r.Cmp(l) != 0 {
-			return 0, invalidf("containers[%s]: %s: request %s must equal limit %s", c.Name, name, r.String(), l.String())
+			return 0, true, invalidf("containers[%s]: %s: request %s must equal limit %s", c.Name, name, r.String(), l.String())
 		}
 	}
-	return q.Value(), nil
+	if q.Cmp(maxInt64) > 0 || q.Cmp(minInt64) < 0 {
+		return 0, true, invalidf("containers[%s]: %s: value %s is out of range", c.Name, name, q.String())
+	}
+	v := q.Value()
+	if whole := resource.NewQuantity(v, resource.DecimalSI); whole.Cmp(q) != 0 {
+		return 0, true, invalidf("containers[%s]: %s: value %s must be a whole number", c.Name, name, q.String())
+	}
+	return v, true, nil
 }
+
+var (
+	maxInt64 = *resource.NewQuantity(math.MaxInt64, resource.DecimalSI)
+	minInt64 = *resource.NewQuantity(math.MinInt64, resource.DecimalSI)
+)
 
 func modelList(pod *v1.Pod, key string) ([]string, error) {
 	raw, ok := pod.Annotations[key]

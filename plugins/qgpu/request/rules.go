@@ -9,43 +9,53 @@ import (
 )
 
 // parseContainer applies the per-class rules of DESIGN §2 to one container.
-// ok is false for a container that asks for no qGPU resource.
+// ok is false for a container that asks for no qGPU resource. A resource that
+// a class does not use is rejected when it is present at all, even as 0.
 func parseContainer(class protocol.Class, c *v1.Container) (Container, bool, error) {
-	mem, err := integer(c, protocol.ResourceMemory)
+	mem, hasMem, err := integer(c, protocol.ResourceMemory)
 	if err != nil {
 		return Container{}, false, err
 	}
-	core, err := integer(c, protocol.ResourceCore)
+	core, hasCore, err := integer(c, protocol.ResourceCore)
 	if err != nil {
 		return Container{}, false, err
 	}
-	greedy, err := integer(c, protocol.ResourceCoreGreedy)
+	greedy, hasGreedy, err := integer(c, protocol.ResourceCoreGreedy)
 	if err != nil {
 		return Container{}, false, err
 	}
-	if _, asks := firstQGPUResource(c); !asks {
+	if !hasMem && !hasCore && !hasGreedy {
 		return Container{}, false, nil
 	}
 	out := Container{Name: c.Name, MemoryGiB: mem, Cards: 1}
+	if !hasMem {
+		return out, false, invalidf("containers[%s]: %s: missing: every container that asks for qGPU asks for memory (1 to %d GiB)",
+			c.Name, protocol.ResourceMemory, MaxMemoryGiB)
+	}
 	if mem < 1 || mem > MaxMemoryGiB {
 		return out, false, invalidf("containers[%s]: %s: value %d must be between 1 and %d GiB", c.Name, protocol.ResourceMemory, mem, MaxMemoryGiB)
 	}
-	if _, ok := c.Resources.Limits["nvidia.com/gpu"]; ok {
-		return out, false, invalidf("containers[%s]: nvidia.com/gpu cannot be combined with qGPU resources", c.Name)
-	}
 	switch class {
 	case protocol.ClassGeneral:
-		return generalContainer(c.Name, out, core, greedy)
+		if hasGreedy {
+			return out, false, invalidf("containers[%s]: %s: value %d is for offline pods (annotation %s: offline)",
+				c.Name, protocol.ResourceCoreGreedy, greedy, protocol.AnnotationAppClass)
+		}
+		return generalContainer(c.Name, out, core)
 	case protocol.ClassOnline:
-		if core != 0 || greedy != 0 {
-			return out, false, invalidf("containers[%s]: online pods ask for %s only, found %s=%d %s=%d",
-				c.Name, protocol.ResourceMemory, protocol.ResourceCore, core, protocol.ResourceCoreGreedy, greedy)
+		if hasCore {
+			return out, false, invalidf("containers[%s]: %s: value %d: online pods ask for %s only",
+				c.Name, protocol.ResourceCore, core, protocol.ResourceMemory)
+		}
+		if hasGreedy {
+			return out, false, invalidf("containers[%s]: %s: value %d: online pods ask for %s only",
+				c.Name, protocol.ResourceCoreGreedy, greedy, protocol.ResourceMemory)
 		}
 		return out, true, nil
 	default: // offline
-		if core != 0 {
-			return out, false, invalidf("containers[%s]: offline pods ask for %s, not %s (value %d)",
-				c.Name, protocol.ResourceCoreGreedy, protocol.ResourceCore, core)
+		if hasCore {
+			return out, false, invalidf("containers[%s]: %s: value %d: offline pods ask for %s, not %s",
+				c.Name, protocol.ResourceCore, core, protocol.ResourceCoreGreedy, protocol.ResourceCore)
 		}
 		if greedy < 1 || greedy > protocol.CoresPerCard {
 			return out, false, invalidf("containers[%s]: %s: value %d must be between 1 and 100 (an offline pod uses at most one card)",
@@ -56,11 +66,7 @@ func parseContainer(class protocol.Class, c *v1.Container) (Container, bool, err
 	}
 }
 
-func generalContainer(name string, out Container, core, greedy int64) (Container, bool, error) {
-	if greedy != 0 {
-		return out, false, invalidf("containers[%s]: %s: value %d is for offline pods (annotation %s: offline)",
-			name, protocol.ResourceCoreGreedy, greedy, protocol.AnnotationAppClass)
-	}
+func generalContainer(name string, out Container, core int64) (Container, bool, error) {
 	switch {
 	case core < 1:
 		return out, false, invalidf("containers[%s]: %s: value %d must be between 1 and 99, or a multiple of 100 for whole cards",
@@ -75,6 +81,7 @@ func generalContainer(name string, out Container, core, greedy int64) (Container
 	default:
 		out.Cores = core
 		out.Cards = int(core / protocol.CoresPerCard)
+		out.Whole = true
 		if out.MemoryGiB%int64(out.Cards) != 0 {
 			return out, false, invalidf("containers[%s]: %s: value %d must split evenly over the %d whole cards that %s=%d asks for",
 				name, protocol.ResourceMemory, out.MemoryGiB, out.Cards, protocol.ResourceCore, core)
@@ -106,10 +113,13 @@ func checkPod(req *Request) error {
 
 // MatchesModel applies the use-gputype and nouse-gputype filters to a card
 // model: case-insensitive, substring allowed (as gpu-admission and HAMi do).
+// It allocates nothing for ASCII model names: Filter and Score call it per card.
 func (r *Request) MatchesModel(model string) bool {
-	m := strings.ToLower(model)
+	if len(r.NoUseTypes) == 0 && len(r.UseTypes) == 0 {
+		return true
+	}
 	for _, no := range r.NoUseTypes {
-		if strings.Contains(m, no) {
+		if containsFold(model, no) {
 			return false
 		}
 	}
@@ -117,11 +127,33 @@ func (r *Request) MatchesModel(model string) bool {
 		return true
 	}
 	for _, use := range r.UseTypes {
-		if strings.Contains(m, use) {
+		if containsFold(model, use) {
 			return true
 		}
 	}
 	return false
+}
+
+// containsFold reports whether s contains the lower-case sub, ignoring case.
+func containsFold(s, sub string) bool {
+	if !isASCII(s) || !isASCII(sub) {
+		return strings.Contains(strings.ToLower(s), sub)
+	}
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if strings.EqualFold(s[i:i+len(sub)], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // SharesOneCard reports whether all containers must sit on the same card.

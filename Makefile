@@ -1,0 +1,63 @@
+# qgpu-scheduler: build, test, lint, bench. Every tool is pinned and installed
+# through the Go module proxy; nothing else is needed but Go and gcc (cgo for go-nvml).
+SHELL := bash
+GO ?= go
+BIN := bin
+STATICCHECK_VERSION := 2025.1.1
+FUZZTIME ?= 10s
+# Unit-test packages: everything but the apiserver-linking integration suite.
+UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
+BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
+TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
+
+.PHONY: all build test unit race fuzz-short fuzz integration lint bench clean
+
+all: build
+
+build: $(addprefix $(BIN)/,$(BINARIES) $(TEST_BINARIES))
+
+$(BIN)/qgpu-scheduler: FORCE
+	$(GO) build -o $@ ./cmd/qgpu-scheduler
+$(BIN)/qgpu-agent: FORCE
+	$(GO) build -o $@ ./cmd/qgpu-agent
+$(BIN)/kubectl-qgpu: FORCE
+	$(GO) build -o $@ ./cmd/kubectl-qgpu
+$(BIN)/qgpu-hollow-node: FORCE
+	$(GO) build -o $@ ./test/hollownode
+$(BIN)/qgpu-fake-plugin: FORCE
+	$(GO) build -o $@ ./test/harness/fakeplugin
+FORCE:
+
+# The README's test command: vet, unit tests, -race on everything with locks,
+# a short run of every fuzz target, and the integration suite against a real
+# kube-apiserver, etcd, kubelet device manager and the built binaries.
+test: build
+	$(GO) vet ./...
+	$(GO) test -count=1 $(UNIT_PKGS)
+	$(MAKE) race
+	$(MAKE) fuzz-short
+	$(MAKE) integration
+
+race:
+	$(GO) test -count=1 -race ./plugins/... ./agent/...
+
+fuzz-short:
+	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
+
+# Longer fuzzing on demand: make fuzz FUZZTIME=1m
+fuzz:
+	FUZZTIME=$(or $(filter-out 10s,$(FUZZTIME)),1m) hack/fuzz.sh
+
+integration: build
+	$(GO) test -count=1 -timeout 30m ./test/integration/...
+
+lint:
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
+
+bench:
+	$(GO) test -run=NONE -bench=. -benchmem ./plugins/...
+
+clean:
+	rm -rf $(BIN) _output

@@ -1,0 +1,199 @@
+// Package agent wires the qgpu-agent together: store, card discovery,
+// inventory, device plugins, health, reconcile and metrics (DESIGN §1, §4, §6).
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/deviceplugin"
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/inventory"
+	"github.com/qgpu-scheduler/qgpu/agent/metrics"
+	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
+	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/agent/pods"
+	"github.com/qgpu-scheduler/qgpu/agent/reconcile"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// Config is everything the agent needs; cmd/qgpu-agent fills it from flags.
+type Config struct {
+	NodeName           string
+	Client             kubernetes.Interface
+	NVML               gonvml.Interface
+	DBFile             string
+	DevicePluginDir    string
+	PodResourcesSocket string // "" skips the kubelet comparison
+	Backend            string
+	HAMiLibDir         string
+	MPSRoot            string
+	MetricsAddr        string // "" disables metrics
+	HealthInterval     time.Duration
+	ReconcileInterval  time.Duration
+	// Started, if set, is called once everything runs, with the metrics address.
+	Started func(metricsAddr net.Addr)
+}
+
+// Validate checks the configuration before anything starts.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required (--node-name or $NODE_NAME)"))
+	}
+	if c.Client == nil || c.NVML == nil {
+		errs = append(errs, errors.New("a client and an NVML interface are required"))
+	}
+	if !known(c.Backend) {
+		errs = append(errs, fmt.Errorf("--backend %q: must be one of %v", c.Backend, enforce.Names))
+	}
+	if c.DBFile == "" || c.DevicePluginDir == "" {
+		errs = append(errs, errors.New("--dbfile and --device-plugin-dir are required"))
+	}
+	if c.HealthInterval <= 0 || c.ReconcileInterval <= 0 {
+		errs = append(errs, errors.New("health and reconcile intervals must be positive"))
+	}
+	return errors.Join(errs...)
+}
+
+func known(backend string) bool {
+	for _, n := range enforce.Names {
+		if n == backend {
+			return true
+		}
+	}
+	return false
+}
+
+// Run runs the agent until ctx ends, then shuts down cleanly: servers
+// stopped, sockets removed, store closed. Start-up order: store, cards,
+// inventory, informers, device plugins, health, reconcile.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	st, err := store.Open(cfg.DBFile)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	driver, err := nvml.Open(cfg.NVML)
+	if err != nil {
+		return err
+	}
+	defer driver.Close()
+	tracker := inventory.NewTracker(driver.Cards())
+	logger.Info("Discovered cards", "node", cfg.NodeName, "cards", len(driver.Cards()))
+	if err := inventory.Publish(ctx, cfg.Client, cfg.NodeName, tracker.Inventory()); err != nil {
+		return err
+	}
+	recorder, stopEvents := newRecorder(cfg.Client, cfg.NodeName)
+	defer stopEvents()
+	a := &agent{cfg: cfg, store: st, tracker: tracker, recorder: recorder, metrics: metrics.New()}
+	return a.run(ctx, driver)
+}
+
+type agent struct {
+	cfg      Config
+	store    *store.Store
+	tracker  *inventory.Tracker
+	recorder record.EventRecorder
+	metrics  *metrics.Metrics
+	plugins  *deviceplugin.Manager
+}
+
+func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	podSource := pods.New(a.cfg.Client, a.cfg.NodeName)
+	if err := podSource.Start(ctx); err != nil {
+		return err
+	}
+	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
+		Options: enforce.Options{HAMiLibDir: a.cfg.HAMiLibDir, MPSRoot: a.cfg.MPSRoot}}
+	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
+		return err
+	}
+	if b, policy, err := nodeCfg.Current(); err != nil {
+		// Not fatal: every Allocate reports it, and fixing the node fixes the agent.
+		klog.FromContext(ctx).Error(err, "Enforcement backend unusable; Allocate will refuse until it is fixed")
+	} else {
+		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy)
+	}
+	var metricsAddr net.Addr
+	if a.cfg.MetricsAddr != "" {
+		addr, err := a.metrics.Serve(ctx, a.cfg.MetricsAddr)
+		if err != nil {
+			return err
+		}
+		metricsAddr = addr
+	}
+	grants := newGrantWriter(a.cfg.Client)
+	go grants.run(ctx)
+	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
+		Config: nodeCfg.Current, OnPodGranted: grants.enqueue}
+	a.plugins = deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
+	defer a.plugins.Stop()
+	publish := newPublisher(a.cfg.Client, a.cfg.NodeName, a.tracker)
+	go publish.run(ctx)
+	a.tracker.Subscribe(func(cards []protocol.Card) {
+		a.plugins.UpdateCards(cards)
+		publish.trigger()
+		a.refreshMetrics()
+	})
+	go driver.WatchHealth(ctx, a.cfg.HealthInterval, a.onHealth(ctx))
+	pluginErr := make(chan error, 1)
+	go func() { pluginErr <- a.plugins.Run(ctx, true) }()
+	rec := &reconcile.Reconciler{Node: a.cfg.NodeName, Client: a.cfg.Client, Store: a.store, Pods: podSource,
+		Recorder: a.recorder, OnChange: a.refreshMetrics}
+	if a.cfg.PodResourcesSocket != "" {
+		rec.PodResources = reconcile.PodResourcesClient{Socket: a.cfg.PodResourcesSocket}
+	}
+	go rec.Run(ctx, a.cfg.ReconcileInterval)
+	a.refreshMetrics()
+	if a.cfg.Started != nil {
+		a.cfg.Started(metricsAddr)
+	}
+	select {
+	case <-ctx.Done():
+		klog.FromContext(ctx).Info("Shutting down")
+		return nil
+	case err := <-pluginErr:
+		return err
+	}
+}
+
+func (a *agent) onHealth(ctx context.Context) func(nvml.HealthEvent) {
+	return func(e nvml.HealthEvent) {
+		klog.FromContext(ctx).Info("Card health changed", "index", e.Index, "uuid", e.UUID, "healthy", e.Healthy, "reason", e.Reason)
+		a.tracker.SetHealth(e.UUID, e.Healthy)
+	}
+}
+
+func (a *agent) refreshMetrics() {
+	grants, err := a.store.List()
+	if err != nil {
+		return
+	}
+	a.metrics.Update(a.tracker.Cards(), grants)
+}
+
+func newRecorder(client kubernetes.Interface, node string) (record.EventRecorder, func()) {
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "qgpu-agent", Host: node}), b.Shutdown
+}

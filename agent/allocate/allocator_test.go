@@ -1,0 +1,146 @@
+package allocate
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+func newAllocator(t *testing.T, path string, pods PodSource) (*Allocator, *[]*protocol.Assignment) {
+	t.Helper()
+	s, err := store.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	var granted []*protocol.Assignment
+	a := &Allocator{
+		Node: testNode, Store: s, Pods: pods,
+		Config: func() (enforce.Backend, protocol.Policy, error) {
+			return enforce.Env{}, protocol.PolicyFixedShare, nil
+		},
+		OnPodGranted: func(_ *v1.Pod, g *protocol.Assignment) { granted = append(granted, g) },
+	}
+	return a, &granted
+}
+
+func TestAllocatorGrantsAndAnnotates(t *testing.T) {
+	ctx := context.Background()
+	pod := general("g", 0, 4, 30, 1)
+	a, granted := newAllocator(t, filepath.Join(t.TempDir(), "meta.db"), &fakePods{cached: []*v1.Pod{pod}})
+
+	resp, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"NVIDIA_VISIBLE_DEVICES": "GPU-1", "QGPU_CARD_INDEX": "1", "QGPU_MEMORY_GIB": "4",
+		"QGPU_CLASS": "general", "QGPU_POLICY": "fixed-share",
+	}
+	if diff := cmp.Diff(want, resp.Envs); diff != "" {
+		t.Errorf("memory envs (-want +got):\n%s", diff)
+	}
+	if len(*granted) != 0 {
+		t.Fatalf("grant written before the core call")
+	}
+	resp, err = a.Allocate(ctx, protocol.ResourceCore, ids("c", 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"QGPU_CORES": "30"}, resp.Envs); diff != "" {
+		t.Errorf("core envs (-want +got):\n%s", diff)
+	}
+	if len(*granted) != 1 {
+		t.Fatalf("OnPodGranted called %d times, want 1", len(*granted))
+	}
+	wantGrant, _ := AssignmentOf(pod, testNode)
+	if diff := cmp.Diff(wantGrant, (*granted)[0]); diff != "" {
+		t.Errorf("grant (-want +got):\n%s", diff)
+	}
+}
+
+func TestAllocatorRestart(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "meta.db")
+	pods := &fakePods{cached: []*v1.Pod{general("old", 0, 4, 30, 0), general("young", 1, 4, 30, 1)}}
+	a, _ := newAllocator(t, path, pods)
+	first, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Store.Close()
+
+	// A new agent on the same store: the old pod is taken, the young one is not.
+	b, _ := newAllocator(t, path, pods)
+	resp, err := b.Allocate(ctx, protocol.ResourceMemory, ids("n", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Envs["NVIDIA_VISIBLE_DEVICES"]; got != "GPU-1" {
+		t.Errorf("after restart got card %s, want the young pod's GPU-1", got)
+	}
+	// The kubelet repeating the first call gets the same answer.
+	again, err := b.Allocate(ctx, protocol.ResourceMemory, ids("m", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(first.Envs, again.Envs); diff != "" {
+		t.Errorf("repeated call (-first +again):\n%s", diff)
+	}
+	if _, err := b.Allocate(ctx, protocol.ResourceMemory, ids("o", 4)); !errors.Is(err, ErrNoMatch) {
+		t.Errorf("third container: want ErrNoMatch, got %v", err)
+	}
+}
+
+func TestAllocatorStaleCacheAndStaleRecord(t *testing.T) {
+	ctx := context.Background()
+	gone := general("gone", 0, 4, 30, 0)
+	pods := &fakePods{cached: []*v1.Pod{gone}, fresh: []*v1.Pod{gone}}
+	a, _ := newAllocator(t, filepath.Join(t.TempDir(), "meta.db"), pods)
+	if _, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4)); err != nil {
+		t.Fatal(err)
+	}
+	// The pod is gone; a new one is bound but not yet in the informer cache,
+	// and the kubelet hands it the freed devices.
+	fresh := general("new", 3, 4, 30, 1)
+	pods.cached, pods.fresh = nil, []*v1.Pod{fresh}
+	resp, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.Envs["NVIDIA_VISIBLE_DEVICES"]; got != "GPU-1" {
+		t.Errorf("got card %s, want the new pod's GPU-1", got)
+	}
+	if _, ok, _ := a.Store.Get("uid-gone", "main", protocol.ResourceMemory); ok {
+		t.Errorf("stale grant of the gone pod was kept")
+	}
+	if pods.freshCalls == 0 {
+		t.Errorf("the API server was never asked")
+	}
+}
+
+func TestAllocatorRefusesEmptyAndBackendErrors(t *testing.T) {
+	ctx := context.Background()
+	a, _ := newAllocator(t, filepath.Join(t.TempDir(), "meta.db"), &fakePods{cached: []*v1.Pod{general("g", 0, 4, 30, 0)}})
+	if _, err := a.Allocate(ctx, protocol.ResourceMemory, nil); !errors.Is(err, ErrBadRequest) {
+		t.Errorf("no devices: want ErrBadRequest, got %v", err)
+	}
+	a.Config = func() (enforce.Backend, protocol.Policy, error) {
+		_, err := enforce.New(enforce.NameHAMiCore, enforce.Options{HAMiLibDir: t.TempDir()})
+		return nil, "", err
+	}
+	if _, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4)); !errors.Is(err, enforce.ErrHAMiLibMissing) {
+		t.Errorf("missing lib: want ErrHAMiLibMissing, got %v", err)
+	}
+	if _, ok, _ := a.Store.Get("uid-g", "main", protocol.ResourceMemory); ok {
+		t.Errorf("a refused call was recorded")
+	}
+}

@@ -1,0 +1,147 @@
+package enforce
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+var cmpProto = cmpopts.IgnoreUnexported(pluginapi.Mount{})
+
+func req(resource string, class protocol.Class, policy protocol.Policy, slices ...protocol.Slice) Request {
+	return Request{Resource: resource, Class: class, Policy: policy, Slices: slices, Namespace: "ns", Pod: "p", Container: "c"}
+}
+
+var (
+	shared = protocol.Slice{Index: 1, UUID: "GPU-1", MemoryGiB: 4, Cores: 30}
+	whole0 = protocol.Slice{Index: 0, UUID: "GPU-0", MemoryGiB: 8, Cores: 100}
+	whole2 = protocol.Slice{Index: 2, UUID: "GPU-2", MemoryGiB: 8, Cores: 100}
+)
+
+func TestEnv(t *testing.T) {
+	tests := []struct {
+		name string
+		req  Request
+		want map[string]string
+	}{
+		{"memory", req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyBestEffort, shared), map[string]string{
+			"NVIDIA_VISIBLE_DEVICES": "GPU-1", "QGPU_CARD_INDEX": "1", "QGPU_MEMORY_GIB": "4",
+			"QGPU_CLASS": "general", "QGPU_POLICY": "best-effort"}},
+		{"two whole cards", req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0, whole2), map[string]string{
+			"NVIDIA_VISIBLE_DEVICES": "GPU-0,GPU-2", "QGPU_CARD_INDEX": "0,2", "QGPU_MEMORY_GIB": "16",
+			"QGPU_CLASS": "general", "QGPU_POLICY": "fixed-share"}},
+		{"core", req(protocol.ResourceCore, protocol.ClassGeneral, protocol.PolicyBestEffort, shared), map[string]string{"QGPU_CORES": "30"}},
+		{"core-greedy", req(protocol.ResourceCoreGreedy, protocol.ClassOffline, protocol.PolicyBestEffort, shared), map[string]string{"QGPU_CORES": "30"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Env{}.Allocate(tc.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, got.Envs); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := (Env{}).Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyBestEffort)); err == nil {
+		t.Error("no slices: no error")
+	}
+}
+
+func TestHAMiCore(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := New(NameHAMiCore, Options{HAMiLibDir: dir}); !errors.Is(err, ErrHAMiLibMissing) {
+		t.Fatalf("missing lib: got %v", err)
+	}
+	os.WriteFile(filepath.Join(dir, HAMiLibName), []byte("ELF"), 0o644)
+	b, err := New(NameHAMiCore, Options{HAMiLibDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "ld.so.preload")); string(data) != HAMiContainerLib+"\n" {
+		t.Errorf("ld.so.preload = %q", data)
+	}
+	mem, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0, whole2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.Envs["CUDA_DEVICE_MEMORY_LIMIT_0"] != "8192m" || mem.Envs["CUDA_DEVICE_MEMORY_LIMIT_1"] != "8192m" || mem.Envs["NVIDIA_VISIBLE_DEVICES"] != "GPU-0,GPU-2" {
+		t.Errorf("memory envs %v", mem.Envs)
+	}
+	wantMounts := []*pluginapi.Mount{
+		{ContainerPath: HAMiContainerLib, HostPath: filepath.Join(dir, HAMiLibName), ReadOnly: true},
+		{ContainerPath: "/etc/ld.so.preload", HostPath: filepath.Join(dir, "ld.so.preload"), ReadOnly: true},
+	}
+	if diff := cmp.Diff(wantMounts, mem.Mounts, cmpProto); diff != "" {
+		t.Errorf("mounts (-want +got):\n%s", diff)
+	}
+	compute := []struct {
+		policy protocol.Policy
+		slices []protocol.Slice
+		want   map[string]string
+	}{
+		{protocol.PolicyFixedShare, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force"}},
+		{protocol.PolicyBurstShare, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "default"}},
+		{protocol.PolicyBestEffort, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "GPU_CORE_UTILIZATION_POLICY": "disable"}},
+		{protocol.PolicyFixedShare, []protocol.Slice{whole0, whole2}, map[string]string{"QGPU_CORES": "200", "GPU_CORE_UTILIZATION_POLICY": "disable"}},
+	}
+	for _, tc := range compute {
+		got, err := b.Allocate(req(protocol.ResourceCore, protocol.ClassGeneral, tc.policy, tc.slices...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(tc.want, got.Envs); diff != "" || len(got.Mounts) != 0 {
+			t.Errorf("%s %d slices (-want +got):\n%s mounts %v", tc.policy, len(tc.slices), diff, got.Mounts)
+		}
+	}
+	os.Remove(filepath.Join(dir, HAMiLibName))
+	if _, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)); !errors.Is(err, ErrHAMiLibMissing) {
+		t.Errorf("lib removed after start: got %v", err)
+	}
+}
+
+func TestMPS(t *testing.T) {
+	root := t.TempDir()
+	b, err := New(NameMPS, Options{MPSRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, shared))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mem.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=4096M" || mem.Envs["CUDA_MPS_PIPE_DIRECTORY"] != MPSContainerPipeDir {
+		t.Errorf("memory envs %v", mem.Envs)
+	}
+	pipe := filepath.Join(root, "GPU-1", "pipe")
+	if len(mem.Mounts) != 1 || mem.Mounts[0].HostPath != pipe || mem.Mounts[0].ContainerPath != MPSContainerPipeDir {
+		t.Errorf("mounts %v", mem.Mounts)
+	}
+	if fi, err := os.Stat(pipe); err != nil || !fi.IsDir() {
+		t.Errorf("pipe directory: %v", err)
+	}
+	for policy, want := range map[protocol.Policy]string{protocol.PolicyFixedShare: "30", protocol.PolicyBurstShare: "30", protocol.PolicyBestEffort: ""} {
+		got, _ := b.Allocate(req(protocol.ResourceCoreGreedy, protocol.ClassOffline, policy, shared))
+		if got.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != want {
+			t.Errorf("%s: thread percentage %q, want %q", policy, got.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], want)
+		}
+	}
+	whole, _ := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0, whole2))
+	if _, ok := whole.Envs["CUDA_MPS_PIPE_DIRECTORY"]; ok || len(whole.Mounts) != 0 {
+		t.Errorf("whole cards got MPS: %v %v", whole.Envs, whole.Mounts)
+	}
+}
+
+func TestNewUnknown(t *testing.T) {
+	if _, err := New("qgpu-driver", Options{}); err == nil {
+		t.Error("unknown backend: no error")
+	}
+}

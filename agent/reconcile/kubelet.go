@@ -1,0 +1,108 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+)
+
+// holder is a (container, resource) as the kubelet reports it.
+type holder struct {
+	pod       *v1.Pod
+	container string
+	resource  string
+	devices   []string
+}
+
+// compareKubelet moves every grant whose devices the kubelet reports on
+// another container than the record says: the container got the environment
+// of the grant its devices were answered with, so the record follows the
+// devices. It happens when two pods with identical requests are admitted in
+// another order than the agent matched them (allocate/README.md).
+func (r *Reconciler) compareKubelet(ctx context.Context, alive map[string]*v1.Pod, res *Result) error {
+	holders, err := r.kubeletHolders(ctx, alive)
+	if err != nil {
+		return err
+	}
+	grants, err := r.Store.List()
+	if err != nil {
+		return err
+	}
+	var del []string
+	var puts []store.Grant
+	for _, h := range holders {
+		g, ok := byDevices(grants, h.resource, h.devices)
+		if !ok {
+			res.Unknown++
+			r.event(h.pod, v1.EventTypeWarning, ReasonUnknownDevices, fmt.Sprintf(
+				"container %s holds %d %s devices that the agent has no record of; its grant cannot be reported", h.container, len(h.devices), h.resource))
+			continue
+		}
+		if g.PodUID == string(h.pod.UID) && g.Container == h.container {
+			continue
+		}
+		moved := g
+		moved.PodUID, moved.Namespace, moved.Name, moved.Container = string(h.pod.UID), h.pod.Namespace, h.pod.Name, h.container
+		del, puts = append(del, g.Key()), append(puts, moved)
+		res.Moved++
+		r.event(h.pod, v1.EventTypeWarning, ReasonGrantMoved, fmt.Sprintf(
+			"kubelet gave container %s the %s devices the agent had answered for %s/%s container %s; the grant now records card(s) %s",
+			h.container, h.resource, g.Namespace, g.Name, g.Container, cards(g)))
+	}
+	if len(puts) == 0 {
+		return nil
+	}
+	return r.Store.Replace(del, puts)
+}
+
+func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Pod) ([]holder, error) {
+	list, err := r.PodResources.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	byName := map[string]*v1.Pod{}
+	for _, p := range alive {
+		byName[p.Namespace+"/"+p.Name] = p
+	}
+	var out []holder
+	for _, pr := range list {
+		pod := byName[pr.Namespace+"/"+pr.Name]
+		if pod == nil {
+			continue
+		}
+		for _, c := range pr.Containers {
+			for _, d := range c.Devices {
+				if slices.Contains(allocate.Resources, d.ResourceName) && len(d.DeviceIds) > 0 {
+					out = append(out, holder{pod: pod, container: c.Name, resource: d.ResourceName, devices: d.DeviceIds})
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func byDevices(grants []store.Grant, resource string, ids []string) (store.Grant, bool) {
+	want := slices.Sorted(slices.Values(ids))
+	for _, g := range grants {
+		if g.Resource == resource && slices.Equal(slices.Sorted(slices.Values(g.DeviceIDs)), want) {
+			return g, true
+		}
+	}
+	return store.Grant{}, false
+}
+
+func cards(g store.Grant) string {
+	s := ""
+	for i, sl := range g.Slices {
+		if i > 0 {
+			s += ","
+		}
+		s += fmt.Sprintf("%d (%s)", sl.Index, sl.UUID)
+	}
+	return s
+}

@@ -1,0 +1,163 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/record"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/pods"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+const node = "n1"
+
+func slice(card int, mem, cores int64) protocol.Slice {
+	return protocol.Slice{Index: card, UUID: fmt.Sprintf("GPU-%d", card), MemoryGiB: mem, Cores: cores}
+}
+
+// pod returns a general pod with one container "main" assigned mem/cores on card.
+func pod(name string, mem, cores int64, card int) (*v1.Pod, *protocol.Assignment) {
+	p := &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name), Annotations: map[string]string{}},
+		Spec: v1.PodSpec{NodeName: node, Containers: []v1.Container{{Name: "main", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{
+			protocol.ResourceMemory: *resource.NewQuantity(mem, resource.DecimalSI),
+			protocol.ResourceCore:   *resource.NewQuantity(cores, resource.DecimalSI),
+		}}}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning},
+	}
+	a := &protocol.Assignment{Version: protocol.AssignmentVersion, PodUID: string(p.UID), Node: node, Class: protocol.ClassGeneral,
+		Containers: []protocol.ContainerAssignment{{Name: "main", Slices: []protocol.Slice{slice(card, mem, cores)}}}}
+	v, _ := a.Encode()
+	p.Annotations[protocol.AnnotationAssignment] = v
+	return p, a
+}
+
+// grantBoth records memory and core grants as Allocate would, with device IDs prefix-mem-i / prefix-core-i.
+func grantBoth(t *testing.T, s *store.Store, p *v1.Pod, a *protocol.Assignment, prefix string) {
+	t.Helper()
+	c := a.Containers[0]
+	for _, r := range []string{protocol.ResourceMemory, protocol.ResourceCore} {
+		n := allocate.Amount(a.Class, c, r)
+		var ids []string
+		for i := range n {
+			ids = append(ids, fmt.Sprintf("%s-%s-%d", prefix, r, i))
+		}
+		g := store.Grant{PodUID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Container: "main", Resource: r,
+			DeviceIDs: ids, Amount: n, Class: a.Class, Slices: c.Slices, GrantedAt: time.Now()}
+		if err := s.Put(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type fakeKubelet []*podresourcesapi.PodResources
+
+func (f fakeKubelet) List(context.Context) ([]*podresourcesapi.PodResources, error) { return f, nil }
+
+func holds(p *v1.Pod, prefix string, mem int) *podresourcesapi.PodResources {
+	var ids []string
+	for i := range mem {
+		ids = append(ids, fmt.Sprintf("%s-%s-%d", prefix, protocol.ResourceMemory, i))
+	}
+	return &podresourcesapi.PodResources{Name: p.Name, Namespace: p.Namespace, Containers: []*podresourcesapi.ContainerResources{{
+		Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: protocol.ResourceMemory, DeviceIds: ids}},
+	}}}
+}
+
+func TestOnce(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	missing, aMissing := pod("missing", 4, 30, 0)
+	wrong, aWrong := pod("wrong", 2, 20, 0)
+	wrong.Annotations[protocol.AnnotationGrant] = wrong.Annotations[protocol.AnnotationAssignment][:10] // garbage
+	gone, aGone := pod("gone", 2, 20, 1)
+	twinD, aD := pod("twin-d", 4, 30, 0)
+	twinE, aE := pod("twin-e", 4, 30, 1)
+	for _, x := range []struct {
+		p *v1.Pod
+		a *protocol.Assignment
+	}{{missing, aMissing}, {wrong, aWrong}, {gone, aGone}, {twinD, aD}, {twinE, aE}} {
+		grantBoth(t, s, x.p, x.a, x.p.Name)
+	}
+	client := fake.NewClientset(missing, wrong, twinD, twinE)
+	rec := record.NewFakeRecorder(32)
+	r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node), Recorder: rec,
+		// The kubelet admitted the twins the other way round.
+		PodResources: fakeKubelet{holds(twinD, "twin-e", 4), holds(twinE, "twin-d", 4), holds(missing, "missing", 4)}}
+	res, err := r.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Result{Dropped: 2, Moved: 2, Written: 4, Rewritten: 1}
+	if res != want {
+		t.Errorf("result %+v, want %+v", res, want)
+	}
+	grantCard := func(p *v1.Pod) int {
+		got, _ := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		g, err := allocate.GrantOf(got)
+		if err != nil || g == nil {
+			t.Fatalf("%s: grant %v, %v", p.Name, g, err)
+		}
+		return g.Containers[0].Slices[0].Index
+	}
+	if grantCard(twinD) != 1 || grantCard(twinE) != 0 || grantCard(missing) != 0 || grantCard(wrong) != 0 {
+		t.Errorf("grants do not follow the kubelet's devices")
+	}
+	events := strings.Join(drain(rec), "\n")
+	for _, want := range []string{ReasonGrantMoved, ReasonGrantRewritten, ReasonGrantWritten} {
+		if !strings.Contains(events, want) {
+			t.Errorf("no %s event in:\n%s", want, events)
+		}
+	}
+	// A second pass finds nothing to do.
+	if res, err := r.Once(ctx); err != nil || res != (Result{}) {
+		t.Errorf("second pass: %+v %v", res, err)
+	}
+}
+
+func TestUnknownDevicesAndAbsentKubelet(t *testing.T) {
+	ctx := context.Background()
+	s, _ := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+	defer s.Close()
+	p, _ := pod("p", 4, 30, 0)
+	client := fake.NewClientset(p)
+	rec := record.NewFakeRecorder(8)
+	r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node), Recorder: rec,
+		PodResources: fakeKubelet{holds(p, "x", 4)}}
+	if res, err := r.Once(ctx); err != nil || res.Unknown != 1 {
+		t.Errorf("unknown devices: %+v %v", res, err)
+	}
+	r.PodResources = PodResourcesClient{Socket: filepath.Join(t.TempDir(), "absent.sock")}
+	if _, err := r.Once(ctx); err != nil {
+		t.Errorf("absent PodResources socket: %v", err)
+	}
+}
+
+func drain(rec *record.FakeRecorder) []string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return out
+		}
+	}
+}

@@ -1,0 +1,123 @@
+package agent
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/inventory"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// observed counts Allocate outcomes and refreshes the gauges.
+type observed struct {
+	alloc *allocate.Allocator
+	agent *agent
+}
+
+func (o *observed) Allocate(ctx context.Context, resource string, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := o.alloc.Allocate(ctx, resource, ids)
+	o.agent.metrics.ObserveAllocate(resource, err)
+	if err == nil {
+		o.agent.refreshMetrics()
+	}
+	return resp, err
+}
+
+// grantWriter patches grant annotations off the Allocate path: the kubelet
+// waits on Allocate, and a slow API server must not stall pod admission. A
+// write that fails (or is dropped when the queue is full) is redone by the
+// reconciler, which rewrites missing grants.
+type grantWriter struct {
+	client kubernetes.Interface
+	queue  chan grantJob
+}
+
+type grantJob struct {
+	pod   *v1.Pod
+	grant *protocol.Assignment
+}
+
+func newGrantWriter(client kubernetes.Interface) *grantWriter {
+	return &grantWriter{client: client, queue: make(chan grantJob, 256)}
+}
+
+func (w *grantWriter) enqueue(pod *v1.Pod, grant *protocol.Assignment) {
+	select {
+	case w.queue <- grantJob{pod: pod, grant: grant}:
+	default:
+	}
+}
+
+func (w *grantWriter) run(ctx context.Context) {
+	logger := klog.FromContext(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case j := <-w.queue:
+			err := retry(ctx, 3, func() error { return allocate.PatchGrant(ctx, w.client, j.pod, j.grant) })
+			if err != nil {
+				logger.Error(err, "Writing the grant; the reconciler will retry", "pod", klog.KObj(j.pod))
+			} else {
+				logger.V(2).Info("Wrote grant", "pod", klog.KObj(j.pod))
+			}
+		}
+	}
+}
+
+// publisher republishes the inventory after health changes; only the latest
+// state matters, so triggers coalesce.
+type publisher struct {
+	client  kubernetes.Interface
+	node    string
+	tracker *inventory.Tracker
+	kick    chan struct{}
+}
+
+func newPublisher(client kubernetes.Interface, node string, tracker *inventory.Tracker) *publisher {
+	return &publisher{client: client, node: node, tracker: tracker, kick: make(chan struct{}, 1)}
+}
+
+func (p *publisher) trigger() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *publisher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+			err := retry(ctx, 5, func() error {
+				return inventory.Publish(ctx, p.client, p.node, p.tracker.Inventory())
+			})
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Publishing the inventory")
+			}
+		}
+	}
+}
+
+func retry(ctx context.Context, attempts int, f func() error) error {
+	var err error
+	for i := range attempts {
+		if err = f(); err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(200<<i) * time.Millisecond):
+		}
+	}
+	return err
+}

@@ -1,0 +1,117 @@
+// Command qgpu-agent is the qGPU node agent: card discovery, inventory, the
+// kubelet device plugins for the qGPU resources, and enforcement.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/qgpu-scheduler/qgpu/agent"
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+)
+
+type flags struct {
+	agent.Config
+	kubeconfig     string
+	fakeCards      string
+	fakeHealthFile string
+}
+
+func parseFlags(args []string) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("qgpu-agent", flag.ContinueOnError)
+	fs.StringVar(&f.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else in-cluster)")
+	fs.StringVar(&f.fakeCards, "fake-cards", "", `simulate cards instead of NVML, e.g. "4xT4", "2xA100-80G,1xT4", "2x20480MiB:MyModel"`)
+	fs.StringVar(&f.fakeHealthFile, "fake-health-file", "", "with --fake-cards: a file listing unhealthy cards, one index or UUID per line")
+	fs.StringVar(&f.DBFile, "dbfile", "/var/lib/qgpu/meta.db", "the agent's grant store")
+	fs.StringVar(&f.DevicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
+	fs.StringVar(&f.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", `the kubelet's PodResources socket ("" to skip)`)
+	fs.StringVar(&f.Backend, "backend", enforce.NameEnv, fmt.Sprintf("enforcement backend when the node has no %s label: %v", "qgpu.io/enforcement", enforce.Names))
+	fs.StringVar(&f.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so (hami-core backend)")
+	fs.StringVar(&f.MPSRoot, "mps-root", "/var/lib/qgpu/mps", "host directory for per-card MPS pipe directories (mps backend)")
+	fs.StringVar(&f.MetricsAddr, "metrics-addr", ":9400", `Prometheus metrics address ("" to disable)`)
+	fs.DurationVar(&f.HealthInterval, "health-interval", 5*time.Second, "how often card health is queried")
+	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 30*time.Second, "how often grants are reconciled")
+	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
+	klog.InitFlags(klogFlags)
+	klogFlags.VisitAll(func(kf *flag.Flag) { fs.Var(kf.Value, kf.Name, kf.Usage) })
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	return f, nil
+}
+
+// nvmlFor returns the simulated NVML of --fake-cards, or the real library.
+func (f *flags) nvmlFor() (gonvml.Interface, error) {
+	if f.fakeCards == "" {
+		if f.fakeHealthFile != "" {
+			return nil, fmt.Errorf("--fake-health-file needs --fake-cards")
+		}
+		return gonvml.New(), nil
+	}
+	cards, err := nvml.ParseFakeSpec(f.fakeCards)
+	if err != nil {
+		return nil, err
+	}
+	return nvml.NewFake(cards, f.NodeName, f.fakeHealthFile), nil
+}
+
+func client(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.UserAgent = "qgpu-agent"
+	return kubernetes.NewForConfig(cfg)
+}
+
+func run(args []string) error {
+	f, err := parseFlags(args)
+	if err != nil {
+		return err
+	}
+	if f.NVML, err = f.nvmlFor(); err != nil {
+		return err
+	}
+	if f.Client, err = client(f.kubeconfig); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx = klog.NewContext(ctx, klog.Background().WithName("qgpu-agent"))
+	return agent.Run(ctx, f.Config)
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		if err == flag.ErrHelp {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "qgpu-agent:", err)
+		klog.Flush()
+		os.Exit(1)
+	}
+	klog.Flush()
+}

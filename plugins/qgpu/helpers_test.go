@@ -1,0 +1,113 @@
+package qgpu
+
+import (
+	"context"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	clientset "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/events"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/config/args"
+	"github.com/qgpu-scheduler/qgpu/test/builders"
+)
+
+// fakeHandle is the part of framework.Handle the plugin uses.
+type fakeHandle struct {
+	framework.Handle
+	cs      clientset.Interface
+	factory informers.SharedInformerFactory
+}
+
+func (h *fakeHandle) ClientSet() clientset.Interface                        { return h.cs }
+func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
+func (h *fakeHandle) EventRecorder() events.EventRecorder                   { return nil }
+
+// newPlugin returns a plugin without informers, its ledger fed by setNodes.
+func newPlugin(t testing.TB, a *args.QGPUArgs, objs ...*v1.Pod) *QGPU {
+	t.Helper()
+	cs := fake.NewClientset()
+	for _, p := range objs {
+		if _, err := cs.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var obj runtime.Object
+	if a != nil {
+		obj = a
+	}
+	pl, err := New(context.Background(), obj, &fakeHandle{cs: cs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pl.(*QGPU)
+}
+
+func (p *QGPU) setNodes(nodes ...*v1.Node) {
+	for _, n := range nodes {
+		p.setNode(context.Background(), n)
+	}
+}
+
+func nodeInfo(n *v1.Node) fwk.NodeInfo {
+	ni := framework.NewNodeInfo()
+	ni.SetNode(n)
+	return ni
+}
+
+// schedule runs PreFilter, Filter on every node, Score, Reserve on the best
+// node and PreBind, as one scheduling cycle would; it returns the node chosen.
+func schedule(t testing.TB, p *QGPU, pod *v1.Pod, nodes ...*v1.Node) (string, *fwk.Status) {
+	t.Helper()
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		return "", st
+	}
+	best, bestScore := "", int64(-1)
+	var last *fwk.Status
+	for _, n := range nodes {
+		ni := nodeInfo(n)
+		if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
+			last = st
+			continue
+		}
+		s, st := p.Score(ctx, cs, pod, ni)
+		if !st.IsSuccess() {
+			t.Fatalf("Score: %v", st)
+		}
+		if s > bestScore {
+			best, bestScore = n.Name, s
+		}
+	}
+	if best == "" {
+		return "", last
+	}
+	if st := p.Reserve(ctx, cs, pod, best); !st.IsSuccess() {
+		return "", st
+	}
+	pods := p.handle.ClientSet().CoreV1().Pods(pod.Namespace)
+	if _, err := pods.Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+		if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := p.PreBind(ctx, cs, pod, best); !st.IsSuccess() {
+		t.Fatalf("PreBind: %v", st)
+	}
+	return best, nil
+}
+
+func t4Node(name string, n int, mixed bool) *v1.Node {
+	return builders.GPUNode(name, mixed, builders.Cards(n, "Tesla-T4", 15109))
+}
+
+func v100Node(name string, n int, mixed bool) *v1.Node {
+	return builders.GPUNode(name, mixed, builders.Cards(n, "Tesla-V100-SXM2-32GB", 32510))
+}

@@ -1,0 +1,106 @@
+package qgpu
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/test/builders"
+)
+
+// boundPod is a pod bound to node with the scheduler's assignment on it.
+func boundPod(name, node string, uid types.UID, slice protocol.Slice) *v1.Pod {
+	pod := builders.GPUPod(name).General("c", slice.MemoryGiB, slice.Cores).Obj()
+	pod.UID = uid
+	pod.Spec.NodeName = node
+	a := protocol.Assignment{Version: protocol.AssignmentVersion, PodUID: string(uid), Node: node, Class: protocol.ClassGeneral,
+		Containers: []protocol.ContainerAssignment{{Name: "c", Slices: []protocol.Slice{slice}}}}
+	pod.Annotations[protocol.AnnotationAssignment], _ = a.Encode()
+	return pod
+}
+
+// The ledger is rebuilt from the assignments of bound pods; assignments not
+// made for the pod (forged) are ignored; deleted pods free their slices.
+func TestWatchRebuildsLedger(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	slice := protocol.Slice{Index: 0, UUID: "GPU-Tesla-T4-00", MemoryGiB: 4, Cores: 40}
+	good := boundPod("good", "n1", "uid-good", slice)
+	forged := boundPod("forged", "n1", "uid-forged", slice)
+	forged.UID = "uid-other" // the annotation names another pod's UID
+	cs := fake.NewClientset(t4Node("n1", 1, false), good, forged)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	pl, err := New(ctx, nil, &fakeHandle{cs: cs, factory: factory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pl.(*QGPU)
+	factory.Start(ctx.Done())
+	waitFor(t, func() bool {
+		n, _ := p.ledger.CopyNode("n1", nil)
+		return len(n.Cards) == 1 && n.Cards[0].UsedMemoryGiB == 4
+	})
+	if _, ok := p.ledger.Holding("uid-other"); ok {
+		t.Fatal("forged assignment was recorded")
+	}
+	if err := cs.CoreV1().Pods("default").Delete(ctx, "good", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool {
+		n, _ := p.ledger.CopyNode("n1", nil)
+		return n.Cards[0].UsedMemoryGiB == 0 && n.Cards[0].Pods() == 0
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatal("condition not met in 10 s")
+	}
+}
+
+func TestQueueingHints(t *testing.T) {
+	p := newPlugin(t, nil)
+	logger := klog.Background()
+	pending := builders.GPUPod("pending").Online("c", 4).Obj()
+	held := boundPod("held", "n1", "uid-held", protocol.Slice{Index: 0, UUID: "u", MemoryGiB: 1, Cores: 1})
+	unbound := builders.GPUPod("unbound").General("c", 1, 1).Obj()
+	mixed, plainGPU := t4Node("n1", 1, true), t4Node("n1", 1, false)
+	notGPU := t4Node("n1", 1, true)
+	notGPU.Labels = map[string]string{}
+	grown := t4Node("n1", 2, true)
+	tests := []struct {
+		name     string
+		fn       fwk.QueueingHintFn
+		old, new any
+		want     fwk.QueueingHint
+	}{
+		{"qGPU pod deleted from a node", p.isSchedulableAfterPodDeleted, held, nil, fwk.Queue},
+		{"unbound pod deleted", p.isSchedulableAfterPodDeleted, unbound, nil, fwk.QueueSkip},
+		{"pod without assignment deleted", p.isSchedulableAfterPodDeleted, builders.GPUPod("x").Container("c", nil).Obj(), nil, fwk.QueueSkip},
+		{"new mixed qGPU node", p.isSchedulableAfterNodeChange, nil, mixed, fwk.Queue},
+		{"new node without the label", p.isSchedulableAfterNodeChange, nil, notGPU, fwk.QueueSkip},
+		{"online pod, node not mixed", p.isSchedulableAfterNodeChange, nil, plainGPU, fwk.QueueSkip},
+		{"inventory unchanged", p.isSchedulableAfterNodeChange, mixed, mixed.DeepCopy(), fwk.QueueSkip},
+		{"inventory grew", p.isSchedulableAfterNodeChange, mixed, grown, fwk.Queue},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.fn(logger, pending, tt.old, tt.new)
+			if err != nil || got != tt.want {
+				t.Fatalf("got %v, %v; want %v", got, err, tt.want)
+			}
+		})
+	}
+}
