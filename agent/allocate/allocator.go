@@ -55,13 +55,16 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 	if err != nil {
 		return nil, fmt.Errorf("enforcement backend: %w", err)
 	}
-	if g, ok, err := a.repeated(ctx, resource, deviceIDs); err != nil {
-		return nil, err
-	} else if ok {
-		logger.V(2).Info("Repeated Allocate answered from the store", "pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "resource", resource)
-		return backend.Allocate(requestOf(g, policy))
-	}
 	cand, err := a.match(ctx, resource, int64(len(deviceIDs)))
+	if errors.Is(err, ErrNoMatch) {
+		// Only when no container is waiting: the kubelet hands an app container
+		// the devices of an init container it reuses, so equal IDs alone do not
+		// mean a repeated call.
+		if g, ok := a.repeated(ctx, resource, deviceIDs); ok {
+			logger.V(2).Info("Repeated Allocate answered from the store", "pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "resource", resource)
+			return backend.Allocate(requestOf(g, policy))
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -80,32 +83,21 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 }
 
 // repeated finds the grant of a call the kubelet repeats with the same
-// devices, as it does when it re-admits a container it already allocated (after
-// its own restart). A record of a pod that is gone or terminal is stale (the
-// kubelet has freed its devices and may hand them to someone else): it is
-// dropped and the call matched afresh.
-func (a *Allocator) repeated(ctx context.Context, resource string, ids []string) (store.Grant, bool, error) {
+// devices (it re-admits a container it already allocated). A record of a pod
+// that is gone or terminal does not count: the kubelet has freed its devices
+// and may hand them to someone else; the reconciler drops such records.
+func (a *Allocator) repeated(ctx context.Context, resource string, ids []string) (store.Grant, bool) {
 	g, ok, err := a.Store.ByDevices(resource, ids)
-	if err != nil {
-		return store.Grant{}, false, fmt.Errorf("reading the store: %w", err)
-	}
-	if !ok {
-		return store.Grant{}, false, nil
+	if err != nil || !ok {
+		return store.Grant{}, false
 	}
 	pods, err := a.Pods.Cached()
 	if err != nil || !alive(pods, g.PodUID) {
 		if pods, err = a.Pods.Fresh(ctx); err != nil {
-			return store.Grant{}, false, fmt.Errorf("devices already recorded for pod %s/%s, and listing pods failed: %w", g.Namespace, g.Name, err)
+			return store.Grant{}, false
 		}
 	}
-	if alive(pods, g.PodUID) {
-		return g, true, nil
-	}
-	if _, err := a.Store.DeletePod(g.PodUID); err != nil {
-		return store.Grant{}, false, fmt.Errorf("dropping the stale grants of pod %s/%s: %w", g.Namespace, g.Name, err)
-	}
-	klog.FromContext(ctx).V(2).Info("Dropped stale grants of a gone pod", "pod", klog.KRef(g.Namespace, g.Name), "uid", g.PodUID)
-	return store.Grant{}, false, nil
+	return g, alive(pods, g.PodUID)
 }
 
 func alive(pods []*v1.Pod, uid string) bool {

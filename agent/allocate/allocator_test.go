@@ -108,10 +108,14 @@ func TestAllocatorStaleCacheAndStaleRecord(t *testing.T) {
 	if _, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4)); err != nil {
 		t.Fatal(err)
 	}
-	// The pod is gone; a new one is bound but not yet in the informer cache,
-	// and the kubelet hands it the freed devices.
-	fresh := general("new", 3, 4, 30, 1)
-	pods.cached, pods.fresh = nil, []*v1.Pod{fresh}
+	// The pod is gone: its devices coming back are not a repeated call.
+	pods.cached, pods.fresh = nil, nil
+	if _, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4)); !errors.Is(err, ErrNoMatch) {
+		t.Fatalf("devices of a gone pod: want ErrNoMatch, got %v", err)
+	}
+	// A new pod is bound but not yet in the informer cache, and the kubelet
+	// hands it the freed devices.
+	pods.fresh = []*v1.Pod{general("new", 3, 4, 30, 1)}
 	resp, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4))
 	if err != nil {
 		t.Fatal(err)
@@ -119,11 +123,36 @@ func TestAllocatorStaleCacheAndStaleRecord(t *testing.T) {
 	if got := resp.Envs["NVIDIA_VISIBLE_DEVICES"]; got != "GPU-1" {
 		t.Errorf("got card %s, want the new pod's GPU-1", got)
 	}
-	if _, ok, _ := a.Store.Get("uid-gone", "main", protocol.ResourceMemory); ok {
-		t.Errorf("stale grant of the gone pod was kept")
-	}
 	if pods.freshCalls == 0 {
 		t.Errorf("the API server was never asked")
+	}
+}
+
+// The kubelet gives an app container the devices of the init container it
+// reuses: equal IDs must not be taken for a repeated call.
+func TestAllocatorInitContainerDevicesReused(t *testing.T) {
+	ctx := context.Background()
+	pod := makePod("p", 0, protocol.ClassGeneral,
+		ctr{"init", 4, 30, []protocol.Slice{slice(0, 4, 30)}},
+		ctr{"main", 4, 30, []protocol.Slice{slice(1, 4, 30)}})
+	pod.Spec.InitContainers, pod.Spec.Containers = pod.Spec.Containers[:1], pod.Spec.Containers[1:]
+	a, granted := newAllocator(t, filepath.Join(t.TempDir(), "meta.db"), &fakePods{cached: []*v1.Pod{pod}})
+	want := []string{"GPU-0", "", "GPU-1", ""}
+	for i, r := range []string{protocol.ResourceMemory, protocol.ResourceCore, protocol.ResourceMemory, protocol.ResourceCore} {
+		n := 4
+		if r == protocol.ResourceCore {
+			n = 30
+		}
+		resp, err := a.Allocate(ctx, r, ids(r, n))
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got := resp.Envs["NVIDIA_VISIBLE_DEVICES"]; got != want[i] {
+			t.Errorf("call %d: card %q, want %q", i, got, want[i])
+		}
+	}
+	if len(*granted) != 1 || len((*granted)[0].Containers) != 2 {
+		t.Errorf("grant: %+v", *granted)
 	}
 }
 

@@ -91,12 +91,12 @@ func TestMatch(t *testing.T) {
 			{protocol.ResourceMemory, 4, "old/main", ""},
 		},
 	}, {
-		name: "same creation time: namespace/name order",
-		pods: []*v1.Pod{general("b", 0, 4, 30, 1), general("a", 0, 4, 30, 0)},
+		name:  "same creation time: namespace/name order",
+		pods:  []*v1.Pod{general("b", 0, 4, 30, 1), general("a", 0, 4, 30, 0)},
 		calls: []call{{protocol.ResourceMemory, 4, "a/main", ""}},
 	}, {
-		name: "forged, foreign, terminal, deleting and lying pods are ignored",
-		pods: []*v1.Pod{forged, otherNode, done, deleting, lying},
+		name:  "forged, foreign, terminal, deleting and lying pods are ignored",
+		pods:  []*v1.Pod{forged, otherNode, done, deleting, lying},
 		calls: []call{{protocol.ResourceMemory, 4, "", "ignored pods: default/forged"}},
 	}, {
 		name:  "no match names what is there",

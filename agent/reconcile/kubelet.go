@@ -36,14 +36,21 @@ func (r *Reconciler) compareKubelet(ctx context.Context, alive map[string]*v1.Po
 	var del []string
 	var puts []store.Grant
 	for _, h := range holders {
-		g, ok := byDevices(grants, h.resource, h.devices)
+		own, hasOwn := ownGrant(grants, h)
+		if hasOwn && sameDevices(own.DeviceIDs, h.devices) {
+			continue
+		}
+		// Another pod's record with these devices: the kubelet swapped two
+		// containers. Records of the same pod are skipped: the kubelet hands an
+		// app container the devices of the init container it reuses.
+		g, ok := byDevices(grants, h.resource, h.devices, string(h.pod.UID))
+		if !ok && hasOwn {
+			continue
+		}
 		if !ok {
 			res.Unknown++
 			r.event(h.pod, v1.EventTypeWarning, ReasonUnknownDevices, fmt.Sprintf(
 				"container %s holds %d %s devices that the agent has no record of; its grant cannot be reported", h.container, len(h.devices), h.resource))
-			continue
-		}
-		if g.PodUID == string(h.pod.UID) && g.Container == h.container {
 			continue
 		}
 		moved := g
@@ -86,14 +93,28 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Po
 	return out, nil
 }
 
-func byDevices(grants []store.Grant, resource string, ids []string) (store.Grant, bool) {
-	want := slices.Sorted(slices.Values(ids))
+func ownGrant(grants []store.Grant, h holder) (store.Grant, bool) {
+	key := store.Key(string(h.pod.UID), h.container, h.resource)
 	for _, g := range grants {
-		if g.Resource == resource && slices.Equal(slices.Sorted(slices.Values(g.DeviceIDs)), want) {
+		if g.Key() == key {
 			return g, true
 		}
 	}
 	return store.Grant{}, false
+}
+
+// byDevices returns the grant of resource with exactly ids, held by a pod other than exceptUID.
+func byDevices(grants []store.Grant, resource string, ids []string, exceptUID string) (store.Grant, bool) {
+	for _, g := range grants {
+		if g.Resource == resource && g.PodUID != exceptUID && sameDevices(g.DeviceIDs, ids) {
+			return g, true
+		}
+	}
+	return store.Grant{}, false
+}
+
+func sameDevices(a, b []string) bool {
+	return slices.Equal(slices.Sorted(slices.Values(a)), slices.Sorted(slices.Values(b)))
 }
 
 func cards(g store.Grant) string {

@@ -84,3 +84,27 @@ func tail(path string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// StartQGPUScheduler runs the real scheduler binary with profile against cp
+// with admin credentials, stopping it when t ends and logging its tail if t failed.
+func StartQGPUScheduler(t testing.TB, cp *ControlPlane, profile string, args ...string) *Scheduler {
+	t.Helper()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
+		t.Fatalf("writing kubeconfig: %v", err)
+	}
+	s, err := StartScheduler(context.Background(), SchedulerOptions{
+		Kubeconfig: kubeconfig, Profile: profile, LogPath: filepath.Join(dir, "scheduler.log"), Args: args,
+	})
+	if err != nil {
+		t.Fatalf("starting scheduler: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Stop()
+		if t.Failed() {
+			t.Logf("scheduler log tail:\n%s", tail(s.LogPath, 40))
+		}
+	})
+	return s
+}

@@ -292,10 +292,10 @@ func TestParseRejects(t *testing.T) {
 
 func TestMatchesModel(t *testing.T) {
 	tests := []struct {
-		name      string
+		name       string
 		use, nouse string // annotations; "-" leaves one out
-		model     string
-		want      bool
+		model      string
+		want       bool
 	}{
 		{"no filters", "-", "-", "Tesla T4", true},
 		{"use substring", "a100", "-", "NVIDIA A100-SXM4-40GB", true},

@@ -1,0 +1,156 @@
+// Package view reads a cluster's nodes and pods into per-card usage with the
+// scheduler's own ledger, for kubectl-qgpu, the invariant checker and tests.
+// It trusts only what the scheduler would: assignments bound to the pod's UID
+// and node.
+package view
+
+import (
+	"fmt"
+	"sort"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+)
+
+// Cluster is the qGPU state of a cluster at one moment.
+type Cluster struct {
+	Nodes []Node
+	// Pods are the qGPU pods, bound or not.
+	Pods []Pod
+	// Unassigned are bound qGPU pods without an assignment the scheduler made.
+	Unassigned []Pod
+	ledger     *ledger.Ledger
+}
+
+// Node is one qGPU node with its cards' usage.
+type Node struct {
+	Name    string
+	Invalid string
+	Mixed   bool
+	Cards   []ledger.Card
+	// Holders lists, per card index, the pods holding a slice.
+	Holders map[int][]string
+}
+
+// Pod is a qGPU pod and what it holds.
+type Pod struct {
+	Namespace, Name string
+	UID             types.UID
+	Node            string
+	Phase           v1.PodPhase
+	Class           protocol.Class
+	Assignment      *protocol.Assignment
+	Grant           *protocol.Assignment
+	// Problem is why the pod's request or annotations are not usable, if so.
+	Problem string
+}
+
+// Key is namespace/name.
+func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
+
+// Build reads nodes and pods; maxPodsPerCard ≤ 0 is the seed's Mc/4.
+func Build(nodes []v1.Node, pods []v1.Pod, maxPodsPerCard int) *Cluster {
+	c := &Cluster{ledger: ledger.New(maxPodsPerCard)}
+	for i := range nodes {
+		setNode(c.ledger, &nodes[i])
+	}
+	for i := range pods {
+		c.addPod(&pods[i])
+	}
+	for i := range nodes {
+		if nodes[i].Labels[protocol.LabelDeviceEnable] == protocol.LabelValueEnable {
+			c.Nodes = append(c.Nodes, c.node(nodes[i].Name))
+		}
+	}
+	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
+	return c
+}
+
+func setNode(l *ledger.Ledger, n *v1.Node) {
+	mixed := n.Labels[protocol.LabelMixedEnable] == protocol.LabelValueEnable
+	raw, ok := n.Annotations[protocol.AnnotationInventory]
+	if !ok {
+		l.SetNode(n.Name, nil, "no annotation "+protocol.AnnotationInventory, mixed)
+		return
+	}
+	inv, err := protocol.DecodeInventory([]byte(raw))
+	if err != nil {
+		l.SetNode(n.Name, nil, err.Error(), mixed)
+		return
+	}
+	l.SetNode(n.Name, inv, "", mixed)
+}
+
+func (c *Cluster) addPod(pod *v1.Pod) {
+	req, err := request.Parse(pod)
+	if req == nil && err == nil {
+		return
+	}
+	p := Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Node: pod.Spec.NodeName, Phase: pod.Status.Phase}
+	if err != nil {
+		p.Problem = err.Error()
+	} else {
+		p.Class = req.Class
+	}
+	p.Assignment, p.Grant = readAssignments(pod, &p)
+	terminal := p.Phase == v1.PodSucceeded || p.Phase == v1.PodFailed
+	if p.Node != "" && !terminal {
+		if p.Assignment == nil {
+			c.Unassigned = append(c.Unassigned, p)
+		} else {
+			h := ledger.Holding{Node: p.Node, Class: p.Assignment.Class}
+			for _, ca := range p.Assignment.Containers {
+				h.Slices = append(h.Slices, ca.Slices...)
+			}
+			c.ledger.Observe(pod.UID, h)
+		}
+	}
+	c.Pods = append(c.Pods, p)
+}
+
+func readAssignments(pod *v1.Pod, p *Pod) (assignment, grant *protocol.Assignment) {
+	read := func(key string) *protocol.Assignment {
+		raw, ok := pod.Annotations[key]
+		if !ok {
+			return nil
+		}
+		a, err := protocol.DecodeAssignment([]byte(raw))
+		if err != nil {
+			p.Problem = fmt.Sprintf("annotation %s: %v", key, err)
+			return nil
+		}
+		if types.UID(a.PodUID) != pod.UID || a.Node != pod.Spec.NodeName {
+			p.Problem = fmt.Sprintf("annotation %s was not made for this pod", key)
+			return nil
+		}
+		return a
+	}
+	return read(protocol.AnnotationAssignment), read(protocol.AnnotationGrant)
+}
+
+func (c *Cluster) node(name string) Node {
+	n, _ := c.ledger.CopyNode(name, nil)
+	out := Node{Name: name, Invalid: n.Invalid, Mixed: n.Mixed, Cards: n.Cards, Holders: map[int][]string{}}
+	for _, p := range c.Pods {
+		if p.Node != name || p.Assignment == nil {
+			continue
+		}
+		if h, ok := c.ledger.Holding(p.UID); !ok || h.Node != name {
+			continue
+		}
+		seen := map[int]bool{}
+		for _, ca := range p.Assignment.Containers {
+			for _, s := range ca.Slices {
+				if !seen[s.Index] {
+					out.Holders[s.Index] = append(out.Holders[s.Index], p.Key())
+					seen[s.Index] = true
+				}
+			}
+		}
+	}
+	return out
+}
