@@ -25,9 +25,9 @@ type fakeHandle struct {
 	factory informers.SharedInformerFactory
 }
 
-func (h *fakeHandle) ClientSet() clientset.Interface                        { return h.cs }
+func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.cs }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
-func (h *fakeHandle) EventRecorder() events.EventRecorder                   { return nil }
+func (h *fakeHandle) EventRecorder() events.EventRecorder                    { return nil }
 
 // newPlugin returns a plugin without informers, its ledger fed by setNodes.
 func newPlugin(t testing.TB, a *args.QGPUArgs, objs ...*v1.Pod) *QGPU {

@@ -107,7 +107,7 @@ func TestNeverOversubscribes(t *testing.T) {
 	p.setNodes(n)
 	placed := 0
 	for i := range 10 {
-		pod := builders.GPUPod("p" + string(rune('a'+i))).General("c", 1, 30).Obj()
+		pod := builders.GPUPod("p"+string(rune('a'+i))).General("c", 1, 30).Obj()
 		if node, _ := schedule(t, p, pod, n); node != "" {
 			placed++
 		}
