@@ -162,3 +162,21 @@ func (c ContainerAssignment) Total() (memoryGiB, cores int64) {
 	}
 	return memoryGiB, cores
 }
+
+// String renders the slices compactly for views, e.g. "main:0=5G/30 side:1=2G/10".
+func (a *Assignment) String() string {
+	var b []byte
+	for i, c := range a.Containers {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = fmt.Appendf(b, "%s:", c.Name)
+		for j, s := range c.Slices {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, "%d=%dG/%d", s.Index, s.MemoryGiB, s.Cores)
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,111 @@
+// kubectl-qgpu is a kubectl plugin that shows qGPU cards and who holds them:
+//
+//	kubectl qgpu nodes     cards per node: model, memory and cores used/free, pods
+//	kubectl qgpu pods      qGPU pods: class, node, cards, slices, agent grant
+//	kubectl qgpu check     every violated invariant; exits 1 if there is any
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/qgpu-scheduler/qgpu/internal/view"
+)
+
+func main() {
+	if err := newCommand().Execute(); err != nil {
+		os.Exit(1)
+	}
+}
+
+func newCommand() *cobra.Command {
+	flags := genericclioptions.NewConfigFlags(true)
+	var allNamespaces bool
+	var maxPods int
+	root := &cobra.Command{
+		Use:          "kubectl-qgpu",
+		Short:        "Show qGPU cards, their slices and the pods that hold them",
+		SilenceUsage: true,
+	}
+	flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().IntVar(&maxPods, "max-pods-per-card", 0, "the scheduler's maxPodsPerCard (0: card GiB / 4)")
+	load := func(ctx context.Context) (*view.Cluster, error) {
+		return loadCluster(ctx, flags, maxPods)
+	}
+	root.AddCommand(&cobra.Command{
+		Use: "nodes", Short: "Cards per node: model, memory and cores used and free, pods",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := load(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return printNodes(cmd.OutOrStdout(), c)
+		},
+	})
+	pods := &cobra.Command{
+		Use: "pods", Short: "qGPU pods: class, node, cards, slices and the agent's grant",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := load(cmd.Context())
+			if err != nil {
+				return err
+			}
+			ns := ""
+			if !allNamespaces {
+				if ns, _, err = flags.ToRawKubeConfigLoader().Namespace(); err != nil {
+					return err
+				}
+			}
+			return printPods(cmd.OutOrStdout(), c, ns)
+		},
+	}
+	pods.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list pods of every namespace")
+	root.AddCommand(pods)
+	root.AddCommand(&cobra.Command{
+		Use: "check", Short: "Report every violated invariant (oversubscribed card, pod without assignment, grant mismatch)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := load(cmd.Context())
+			if err != nil {
+				return err
+			}
+			v := c.Check()
+			for _, x := range v {
+				fmt.Fprintln(cmd.OutOrStdout(), x)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "violations %d\n", len(v))
+			if len(v) > 0 {
+				return fmt.Errorf("%d invariant(s) violated", len(v))
+			}
+			return nil
+		},
+	})
+	return root
+}
+
+func loadCluster(ctx context.Context, flags *genericclioptions.ConfigFlags, maxPods int) (*view.Cluster, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing nodes: %w", err)
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing pods: %w", err)
+	}
+	return view.Build(nodes.Items, pods.Items, maxPods), nil
+}
