@@ -148,6 +148,13 @@ func indexOf(cards []Card, index int) int {
 	return -1
 }
 
+// DefaultMaxPodsMiB applies the seed's rule to the memory NVML reports, which
+// is a little below the size the card is sold with (a 32 GB V100 reports
+// 32510 MiB): rounded to the nearest GiB, so that 32 GB → 8 pods as the seed says.
+func DefaultMaxPodsMiB(memoryMiB int64) int {
+	return DefaultMaxPods((memoryMiB + protocol.GiB/2) / protocol.GiB)
+}
+
 // DefaultMaxPods is the seed's rule: a card holds at most Mc/4 pods (32 GiB → 8).
 func DefaultMaxPods(memoryGiB int64) int {
 	return max(1, int(memoryGiB/4))

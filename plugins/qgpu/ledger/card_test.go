@@ -109,6 +109,17 @@ func TestDefaultMaxPods(t *testing.T) {
 	}
 }
 
+func TestDefaultMaxPodsMiB(t *testing.T) {
+	for _, tt := range []struct {
+		mib  int64
+		want int
+	}{{32510, 8}, {15109, 3}, {16160, 4}, {22731, 5}, {81920, 20}, {1024, 1}} {
+		if got := DefaultMaxPodsMiB(tt.mib); got != tt.want {
+			t.Errorf("DefaultMaxPodsMiB(%d) = %d, want %d", tt.mib, got, tt.want)
+		}
+	}
+}
+
 func TestTakeCountsPodsOnce(t *testing.T) {
 	c := card()
 	c.Take(general, 2, 10, true)

@@ -74,7 +74,7 @@ func (l *Ledger) SetNode(name string, inv *protocol.Inventory, invalid string, m
 			gib := c.MemoryGiB()
 			maxPods := l.maxPods
 			if maxPods <= 0 {
-				maxPods = DefaultMaxPods(gib)
+				maxPods = DefaultMaxPodsMiB(c.MemoryMiB)
 			}
 			n.info = append(n.info, Card{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryGiB: gib, Healthy: c.Healthy, MaxPods: maxPods})
 		}

@@ -75,9 +75,9 @@ func TestSetNode(t *testing.T) {
 		inv:  inventory(bad...),
 		want: Node{Cards: []Card{ledgerCard(bad[0], 8), ledgerCard(bad[1], 8)}},
 	}, {
-		name: "memory rounded down to GiB",
+		name: "memory rounded down to GiB, max pods from the nearest GiB",
 		inv:  inventory(odd...),
-		want: Node{Cards: []Card{{Index: 0, UUID: "GPU-0", Model: odd[0].Model, MemoryGiB: 15, Healthy: true, MaxPods: 3}}},
+		want: Node{Cards: []Card{{Index: 0, UUID: "GPU-0", Model: odd[0].Model, MemoryGiB: 15, Healthy: true, MaxPods: 4}}},
 	}, {
 		name:    "invalid inventory",
 		invalid: "no inventory annotation",
