@@ -3,7 +3,7 @@
 SHELL := bash
 GO ?= go
 BIN := bin
-STATICCHECK_VERSION := 2025.1.1
+STATICCHECK_VERSION := v0.7.0
 FUZZTIME ?= 10s
 # Unit-test packages: everything but the apiserver-linking integration suite.
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)

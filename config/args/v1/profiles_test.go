@@ -1,0 +1,109 @@
+package v1_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/cmd/kube-scheduler/app/options"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
+
+	"github.com/qgpu-scheduler/qgpu/config/args"
+	_ "github.com/qgpu-scheduler/qgpu/config/args/v1"
+	_ "sigs.k8s.io/scheduler-plugins/apis/config/scheme"
+)
+
+// Every profile in config/ loads through kube-scheduler's own loader, passes
+// its validation, and yields typed, defaulted QGPUArgs.
+func TestProfilesLoad(t *testing.T) {
+	tests := map[string]args.QGPUArgs{
+		"qgpu-scheduler.yaml":        {NodePolicy: "binpack", CardPolicy: "binpack"},
+		"qgpu-scheduler-spread.yaml": {NodePolicy: "spread", CardPolicy: "spread"},
+		"qgpu-scheduler-gang.yaml":   {NodePolicy: "binpack", CardPolicy: "binpack"},
+	}
+	for file, want := range tests {
+		t.Run(file, func(t *testing.T) {
+			cfg, err := options.LoadConfigFromFile(klog.Background(), filepath.Join("..", "..", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := validation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
+				t.Fatalf("kube-scheduler rejects the profile: %v", err)
+			}
+			got := qgpuArgs(t, cfg)
+			if diff := cmp.Diff(want, *got); diff != "" {
+				t.Fatal(diff)
+			}
+			if errs := args.Validate(field.NewPath("args"), got); len(errs) > 0 {
+				t.Fatal(errs)
+			}
+		})
+	}
+}
+
+func qgpuArgs(t *testing.T, cfg *schedconfig.KubeSchedulerConfiguration) *args.QGPUArgs {
+	t.Helper()
+	for _, pc := range cfg.Profiles[0].PluginConfig {
+		if pc.Name == "QGPU" {
+			a, ok := pc.Args.(*args.QGPUArgs)
+			if !ok {
+				t.Fatalf("QGPU args decoded as %T, want *args.QGPUArgs", pc.Args)
+			}
+			return a
+		}
+	}
+	t.Fatal("no QGPU plugin config")
+	return nil
+}
+
+// Unset fields take their defaults; unknown fields are rejected by the strict decoder.
+func TestArgsDefaultsAndStrictness(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, argsYAML string) string {
+		p := filepath.Join(dir, name)
+		body := "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nleaderElection:\n  leaderElect: false\n" +
+			"profiles:\n- schedulerName: qgpu-scheduler\n  pluginConfig:\n  - name: QGPU\n    args:\n" + argsYAML
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, err := options.LoadConfigFromFile(klog.Background(), write("empty.yaml", "      {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack"}, *qgpuArgs(t, cfg)); diff != "" {
+		t.Fatal(diff)
+	}
+	_, err = options.LoadConfigFromFile(klog.Background(), write("typo.yaml", "      nodePolicyy: spread\n"))
+	if err == nil || !strings.Contains(err.Error(), "nodePolicyy") {
+		t.Fatalf("unknown field accepted: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		args args.QGPUArgs
+		want string
+	}{
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "spread"}, ""},
+		{args.QGPUArgs{NodePolicy: "pack", CardPolicy: "spread"}, `args.nodePolicy: Unsupported value: "pack"`},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: ""}, `args.cardPolicy: Unsupported value: ""`},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", MaxPodsPerCard: -1}, "args.maxPodsPerCard: Invalid value: -1"},
+	}
+	for _, tt := range tests {
+		errs := args.Validate(field.NewPath("args"), &tt.args)
+		got := errs.ToAggregate()
+		switch {
+		case tt.want == "" && got != nil:
+			t.Errorf("%+v: unexpected %v", tt.args, got)
+		case tt.want != "" && (got == nil || !strings.Contains(got.Error(), tt.want)):
+			t.Errorf("%+v: got %v, want %q", tt.args, got, tt.want)
+		}
+	}
+}
