@@ -158,12 +158,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	go driver.WatchHealth(ctx, a.cfg.HealthInterval, a.onHealth(ctx))
 	pluginErr := make(chan error, 1)
 	go func() { pluginErr <- a.plugins.Run(ctx, true) }()
-	rec := &reconcile.Reconciler{Node: a.cfg.NodeName, Client: a.cfg.Client, Store: a.store, Pods: podSource,
-		Recorder: a.recorder, OnChange: a.refreshMetrics}
-	if a.cfg.PodResourcesSocket != "" {
-		rec.PodResources = reconcile.PodResourcesClient{Socket: a.cfg.PodResourcesSocket}
-	}
-	go rec.Run(ctx, a.cfg.ReconcileInterval)
+	go a.reconciler(podSource).Run(ctx, a.cfg.ReconcileInterval)
 	a.refreshMetrics()
 	if a.cfg.Started != nil {
 		a.cfg.Started(metricsAddr)
@@ -175,6 +170,15 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	case err := <-pluginErr:
 		return err
 	}
+}
+
+func (a *agent) reconciler(podSource allocate.PodSource) *reconcile.Reconciler {
+	rec := &reconcile.Reconciler{Node: a.cfg.NodeName, Client: a.cfg.Client, Store: a.store, Pods: podSource,
+		Recorder: a.recorder, OnChange: a.refreshMetrics}
+	if a.cfg.PodResourcesSocket != "" {
+		rec.PodResources = reconcile.PodResourcesClient{Socket: a.cfg.PodResourcesSocket}
+	}
+	return rec
 }
 
 func (a *agent) onHealth(ctx context.Context) func(nvml.HealthEvent) {

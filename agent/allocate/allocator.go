@@ -129,13 +129,20 @@ func (a *Allocator) match(ctx context.Context, resource string, n int64) (*Candi
 	return Match(a.Node, pods, granted, resource, n)
 }
 
+// granted reads the store once per call: one transaction instead of one per
+// (pod, container) the matcher looks at.
 func (a *Allocator) granted() Granted {
-	return func(podUID, container, resource string) bool {
-		_, ok, err := a.Store.Get(podUID, container, resource)
-		// An unreadable record counts as granted: handing the container out
-		// twice is worse than refusing.
-		return ok || err != nil
+	grants, err := a.Store.List()
+	if err != nil {
+		// An unreadable store counts as all granted: refusing is better than
+		// handing a container out twice.
+		return func(string, string, string) bool { return true }
 	}
+	keys := make(map[string]bool, len(grants))
+	for _, g := range grants {
+		keys[g.Key()] = true
+	}
+	return func(podUID, container, resource string) bool { return keys[store.Key(podUID, container, resource)] }
 }
 
 func (a *Allocator) grantOf(c *Candidate, resource string, ids []string) store.Grant {

@@ -14,7 +14,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-func newAllocator(t *testing.T, path string, pods PodSource) (*Allocator, *[]*protocol.Assignment) {
+func newAllocator(t testing.TB, path string, pods PodSource) (*Allocator, *[]*protocol.Assignment) {
 	t.Helper()
 	s, err := store.Open(path)
 	if err != nil {

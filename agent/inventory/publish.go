@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -25,7 +26,7 @@ func Publish(ctx context.Context, client kubernetes.Interface, node string, inv 
 	if err != nil {
 		return err
 	}
-	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metaPatchOptions); err != nil {
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "qgpu-agent"}); err != nil {
 		return fmt.Errorf("patching node %s with the inventory: %w", node, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Published inventory", "node", node, "cards", len(inv.Cards))

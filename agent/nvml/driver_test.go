@@ -67,6 +67,28 @@ func TestOpenErrors(t *testing.T) {
 	}
 }
 
+func TestStartWithBrokenCard(t *testing.T) {
+	cards, _ := ParseFakeSpec("2xT4")
+	fake := NewFake(cards, "n", "")
+	fake.SetHealthy(1, false)
+	d, err := Open(fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := make(chan HealthEvent, 4)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go d.WatchHealth(ctx, time.Hour, func(e HealthEvent) { events <- e })
+	select {
+	case e := <-events:
+		if e.Index != 1 || e.Healthy {
+			t.Errorf("event %+v", e)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the broken card was not reported by the first poll")
+	}
+}
+
 func TestWatchHealth(t *testing.T) {
 	cards, _ := ParseFakeSpec("3xT4")
 	healthFile := filepath.Join(t.TempDir(), "unhealthy")

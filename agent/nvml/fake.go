@@ -69,8 +69,16 @@ func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 	d.GetIndexFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return f.uuids[index], nvml.SUCCESS }
 	d.GetNameFunc = func() (string, nvml.Return) { return c.Model, nvml.SUCCESS }
+	sized := false
 	d.GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) {
-		if f.isLost(index) {
+		// The first call (discovery) always answers: the fake simulates a card
+		// that breaks after the agent has sized it, so that an agent restarted
+		// with a broken card still starts, then reports the card unhealthy.
+		f.mu.Lock()
+		first := !sized
+		sized = true
+		f.mu.Unlock()
+		if !first && f.isLost(index) {
 			return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST
 		}
 		total := uint64(c.MemoryMiB) << 20
