@@ -119,10 +119,12 @@ next:
 }
 
 // ApplyTo adds (sign 1) or removes (sign -1) the holding on a node's cards;
-// slices on cards the node no longer has are skipped.
+// slices on cards the node no longer has are skipped. A card is matched by
+// index and UUID, so a card replaced at the same index does not inherit the
+// old card's holdings.
 func (h *Holding) ApplyTo(cards []Card, sign int) {
 	for _, s := range h.perCard() {
-		if i := indexOf(cards, s.Index); i >= 0 {
+		if i := cardOf(cards, s); i >= 0 {
 			cards[i].add(h.Class, s.MemoryGiB, s.Cores, sign, 1)
 		}
 	}
@@ -131,17 +133,17 @@ func (h *Holding) ApplyTo(cards []Card, sign int) {
 // FitsOn reports whether the whole holding fits the cards as they are.
 func (h *Holding) FitsOn(cards []Card) bool {
 	for _, s := range h.perCard() {
-		i := indexOf(cards, s.Index)
-		if i < 0 || cards[i].UUID != s.UUID || !cards[i].Fits(h.Class, s.MemoryGiB, s.Cores, true) {
+		i := cardOf(cards, s)
+		if i < 0 || !cards[i].Fits(h.Class, s.MemoryGiB, s.Cores, true) {
 			return false
 		}
 	}
 	return true
 }
 
-func indexOf(cards []Card, index int) int {
+func cardOf(cards []Card, s protocol.Slice) int {
 	for i := range cards {
-		if cards[i].Index == index {
+		if cards[i].Index == s.Index && cards[i].UUID == s.UUID {
 			return i
 		}
 	}

@@ -438,6 +438,13 @@ func TestSetNodeReappliesHoldings(t *testing.T) {
 	if diff := cmp.Diff(full, copyNode(t, l, "n1").Cards); diff != "" {
 		t.Errorf("card 1 back (-want +got):\n%s", diff)
 	}
+	// Card 1 replaced by another card at the same index: it starts empty.
+	replaced := cards(2, 32)
+	replaced[1].UUID = "GPU-new"
+	l.SetNode("n1", inventory(replaced...), "", false)
+	if diff := cmp.Diff([]Card{full[0], ledgerCard(replaced[1], 8)}, copyNode(t, l, "n1").Cards); diff != "" {
+		t.Errorf("card 1 replaced (-want +got):\n%s", diff)
+	}
 	// Inventory becomes invalid, then valid again.
 	l.SetNode("n1", nil, "bad inventory", false)
 	if n := copyNode(t, l, "n1"); n.Invalid != "bad inventory" || len(n.Cards) != 0 {
