@@ -10,7 +10,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
 TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
 
-.PHONY: all build test unit race fuzz-short fuzz integration lint bench clean
+.PHONY: all build test unit race fuzz-short fuzz integration lint bench clean playground playground-up playground-down
 
 all: build
 
@@ -26,6 +26,8 @@ $(BIN)/qgpu-hollow-node: FORCE
 	$(GO) build -o $@ ./test/hollownode
 $(BIN)/qgpu-fake-plugin: FORCE
 	$(GO) build -o $@ ./test/harness/fakeplugin
+$(BIN)/qgpu-playground: FORCE
+	$(GO) build -o $@ ./test/playground
 FORCE:
 
 # The README's test command: vet, unit tests, -race on everything with locks,
@@ -47,6 +49,20 @@ fuzz-short:
 # Longer fuzzing on demand: make fuzz FUZZTIME=1m
 fuzz:
 	FUZZTIME=$(or $(filter-out 10s,$(FUZZTIME)),1m) hack/fuzz.sh
+
+# The README's first command: a local cluster (real apiserver and etcd, the
+# scheduler binary, hollow kubelets with the agent on fake cards), the
+# examples applied, where every pod landed printed, all torn down again.
+# PLAYGROUND_NODES="t4:2xT4,v100:2xV100:mixed" picks the nodes.
+playground: build $(BIN)/qgpu-playground
+	@$(BIN)/qgpu-playground
+
+# The same, left running: admin kubeconfig at _output/playground/kubeconfig.
+playground-up: build $(BIN)/qgpu-playground
+	@hack/playground.sh up
+
+playground-down:
+	@hack/playground.sh down
 
 integration: build
 	$(GO) test -count=1 -timeout 30m ./test/integration/...

@@ -11,6 +11,8 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -41,9 +43,15 @@ type Config struct {
 	Backend            string
 	HAMiLibDir         string
 	MPSRoot            string
+	MPSControlBin      string // "" : the agent runs no MPS control daemons
 	MetricsAddr        string // "" disables metrics
 	HealthInterval     time.Duration
 	ReconcileInterval  time.Duration
+	// The online/offline priority controller (agent/priority).
+	PriorityController         bool
+	PriorityPoll, PriorityIdle time.Duration // 0: the controller's defaults
+	CgroupRoot                 string
+	ProcRoot                   string // "" is /proc
 	// Started, if set, is called once everything runs, with the metrics address.
 	Started func(metricsAddr net.Addr)
 }
@@ -65,6 +73,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HealthInterval <= 0 || c.ReconcileInterval <= 0 {
 		errs = append(errs, errors.New("health and reconcile intervals must be positive"))
+	}
+	if c.PriorityPoll < 0 || c.PriorityIdle < 0 {
+		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -98,13 +109,32 @@ func Run(ctx context.Context, cfg Config) error {
 	defer driver.Close()
 	tracker := inventory.NewTracker(driver.Cards())
 	logger.Info("Discovered cards", "node", cfg.NodeName, "cards", len(driver.Cards()))
-	if err := inventory.Publish(ctx, cfg.Client, cfg.NodeName, tracker.Inventory()); err != nil {
+	if err := publishWhenRegistered(ctx, cfg, tracker); err != nil {
 		return err
 	}
 	recorder, stopEvents := newRecorder(cfg.Client, cfg.NodeName)
 	defer stopEvents()
 	a := &agent{cfg: cfg, store: st, tracker: tracker, recorder: recorder, metrics: metrics.New()}
 	return a.run(ctx, driver)
+}
+
+// publishWhenRegistered publishes the inventory, waiting while the Node does
+// not exist yet: the kubelet registers it asynchronously, so an agent that
+// starts with the kubelet (the hollow node, a static pod, a node that
+// re-registers) would otherwise exit before its node is there.
+func publishWhenRegistered(ctx context.Context, cfg Config, tracker *inventory.Tracker) error {
+	logged := false
+	return wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		err := inventory.Publish(ctx, cfg.Client, cfg.NodeName, tracker.Inventory())
+		if apierrors.IsNotFound(err) {
+			if !logged {
+				klog.FromContext(ctx).Info("Waiting for the Node to be registered", "node", cfg.NodeName)
+				logged = true
+			}
+			return false, nil
+		}
+		return err == nil, err
+	})
 }
 
 type agent struct {
@@ -123,8 +153,13 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	if err := podSource.Start(ctx); err != nil {
 		return err
 	}
+	mps := a.mpsDaemons(ctx)
 	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
 		Options: enforce.Options{HAMiLibDir: a.cfg.HAMiLibDir, MPSRoot: a.cfg.MPSRoot}}
+	if mps != nil {
+		nodeCfg.Options.MPS = mps
+		defer mps.Stop()
+	}
 	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
 		return err
 	}
@@ -133,6 +168,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 		klog.FromContext(ctx).Error(err, "Enforcement backend unusable; Allocate will refuse until it is fixed")
 	} else {
 		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy)
+		a.startMPS(ctx, mps, b)
 	}
 	var metricsAddr net.Addr
 	if a.cfg.MetricsAddr != "" {
@@ -159,6 +195,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	pluginErr := make(chan error, 1)
 	go func() { pluginErr <- a.plugins.Run(ctx, true) }()
 	go a.reconciler(podSource).Run(ctx, a.cfg.ReconcileInterval)
+	defer a.startPriority(ctx, nodeCfg)()
 	a.refreshMetrics()
 	if a.cfg.Started != nil {
 		a.cfg.Started(metricsAddr)

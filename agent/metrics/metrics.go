@@ -28,6 +28,8 @@ type Metrics struct {
 	healthy        *prometheus.GaugeVec
 	pods           *prometheus.GaugeVec
 	allocations    *prometheus.CounterVec
+	// Priority is the online/offline controller's part.
+	Priority *Priority
 }
 
 // New returns the metrics, registered in a fresh registry with the Go and process collectors.
@@ -50,6 +52,7 @@ func New() *Metrics {
 	}
 	m.Registry.MustRegister(m.memoryCapacity, m.memoryGranted, m.coresGranted, m.healthy, m.pods, m.allocations,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	m.Priority = newPriority(m.Registry)
 	return m
 }
 

@@ -26,6 +26,8 @@ type Fake struct {
 	lost       map[int]bool
 	healthFile string
 	events     chan nvml.EventData
+	procs      map[int]map[uint32]uint32 // card index → pid → SM utilisation
+	procErr    map[int]nvml.Return
 }
 
 var _ nvml.Interface = (*Fake)(nil)
@@ -35,7 +37,8 @@ var _ nvml.Interface = (*Fake)(nil)
 // healthFile, if not empty, names a file listing unhealthy cards (one index or
 // UUID per line); the file may be absent, which means all cards are healthy.
 func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
-	f := &Fake{lost: map[int]bool{}, healthFile: healthFile, events: make(chan nvml.EventData, 64)}
+	f := &Fake{lost: map[int]bool{}, healthFile: healthFile, events: make(chan nvml.EventData, 64),
+		procs: map[int]map[uint32]uint32{}, procErr: map[int]nvml.Return{}}
 	for i, c := range cards {
 		f.uuids = append(f.uuids, fakeUUID(seed, i))
 		f.devices = append(f.devices, f.newDevice(i, c))
@@ -88,6 +91,10 @@ func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 		return nvml.EventTypeXidCriticalError | nvml.EventTypeDoubleBitEccError, nvml.SUCCESS
 	}
 	d.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	d.GetProcessUtilizationFunc = func(since uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) {
+		return f.processUtilization(index, since)
+	}
+	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return f.runningProcesses(index) }
 	return d
 }
 

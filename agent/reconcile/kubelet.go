@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/qgpu-scheduler/qgpu/agent/allocate"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
@@ -83,14 +84,34 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Po
 			continue
 		}
 		for _, c := range pr.Containers {
-			for _, d := range c.Devices {
-				if slices.Contains(allocate.Resources, d.ResourceName) && len(d.DeviceIds) > 0 {
-					out = append(out, holder{pod: pod, container: c.Name, resource: d.ResourceName, devices: d.DeviceIds})
-				}
-			}
+			out = append(out, containerHolders(pod, c)...)
 		}
 	}
 	return out, nil
+}
+
+// containerHolders merges the container's devices per resource: the kubelet
+// reports one ContainerDevices entry per device ID (per NUMA node, even), not
+// one per resource.
+func containerHolders(pod *v1.Pod, c *podresourcesapi.ContainerResources) []holder {
+	var out []holder
+	index := map[string]int{}
+	for _, d := range c.Devices {
+		if !slices.Contains(allocate.Resources, d.ResourceName) || len(d.DeviceIds) == 0 {
+			continue
+		}
+		i, ok := index[d.ResourceName]
+		if !ok {
+			i, index[d.ResourceName] = len(out), len(out)
+			out = append(out, holder{pod: pod, container: c.Name, resource: d.ResourceName})
+		}
+		for _, id := range d.DeviceIds {
+			if !slices.Contains(out[i].devices, id) {
+				out[i].devices = append(out[i].devices, id)
+			}
+		}
+	}
+	return out
 }
 
 func ownGrant(grants []store.Grant, h holder) (store.Grant, bool) {

@@ -67,13 +67,16 @@ type fakeKubelet []*podresourcesapi.PodResources
 
 func (f fakeKubelet) List(context.Context) ([]*podresourcesapi.PodResources, error) { return f, nil }
 
+// holds reports mem memory devices as the real kubelet does: one
+// ContainerDevices entry per device ID.
 func holds(p *v1.Pod, prefix string, mem int) *podresourcesapi.PodResources {
-	var ids []string
+	var devs []*podresourcesapi.ContainerDevices
 	for i := range mem {
-		ids = append(ids, fmt.Sprintf("%s-%s-%d", prefix, protocol.ResourceMemory, i))
+		id := fmt.Sprintf("%s-%s-%d", prefix, protocol.ResourceMemory, i)
+		devs = append(devs, &podresourcesapi.ContainerDevices{ResourceName: protocol.ResourceMemory, DeviceIds: []string{id}})
 	}
 	return &podresourcesapi.PodResources{Name: p.Name, Namespace: p.Namespace, Containers: []*podresourcesapi.ContainerResources{{
-		Name: "main", Devices: []*podresourcesapi.ContainerDevices{{ResourceName: protocol.ResourceMemory, DeviceIds: ids}},
+		Name: "main", Devices: devs,
 	}}}
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/agent/priority"
 )
 
 type flags struct {
@@ -42,6 +43,11 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.Backend, "backend", enforce.NameEnv, fmt.Sprintf("enforcement backend when the node has no %s label: %v", "qgpu.io/enforcement", enforce.Names))
 	fs.StringVar(&f.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so (hami-core backend)")
 	fs.StringVar(&f.MPSRoot, "mps-root", "/var/lib/qgpu/mps", "host directory for per-card MPS pipe directories (mps backend)")
+	fs.StringVar(&f.MPSControlBin, "mps-control-bin", "nvidia-cuda-mps-control", `MPS control binary the agent runs per card when the mps backend is selected ("" : an operator runs the daemons; with --fake-cards the default is "")`)
+	fs.BoolVar(&f.PriorityController, "priority-controller", true, "freeze a card's offline pods while an online pod on it is busy (acts only on cards holding online and offline pods)")
+	fs.DurationVar(&f.PriorityPoll, "priority-poll", priority.DefaultPoll, "how often the priority controller reads the online pods' GPU activity")
+	fs.DurationVar(&f.PriorityIdle, "priority-idle", priority.DefaultIdle, "how long the online pods of a card must be idle before its offline pods resume")
+	fs.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup mount (the priority controller freezes pods under it)")
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", ":9400", `Prometheus metrics address ("" to disable)`)
 	fs.DurationVar(&f.HealthInterval, "health-interval", 5*time.Second, "how often card health is queried")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 30*time.Second, "how often grants are reconciled")
@@ -53,6 +59,13 @@ func parseFlags(args []string) (*flags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
+	}
+	// Fake cards have no MPS to run: keep simulated nodes from refusing mps
+	// Allocate calls for want of a binary, unless one is named on purpose.
+	explicit := false
+	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "mps-control-bin" })
+	if f.fakeCards != "" && !explicit {
+		f.MPSControlBin = ""
 	}
 	return f, nil
 }

@@ -18,11 +18,12 @@ func TestParseFlags(t *testing.T) {
 	}
 	if f.NodeName != "from-env" || f.DBFile != "/var/lib/qgpu/meta.db" || f.DevicePluginDir != "/var/lib/kubelet/device-plugins" ||
 		f.PodResourcesSocket != "/var/lib/kubelet/pod-resources/kubelet.sock" || f.Backend != "env" || f.MetricsAddr != ":9400" ||
-		f.ReconcileInterval != 30*time.Second {
+		f.ReconcileInterval != 30*time.Second || !f.PriorityController || f.PriorityPoll != 10*time.Millisecond ||
+		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.MPSControlBin != "nvidia-cuda-mps-control" {
 		t.Errorf("defaults: %+v", f)
 	}
 	f, err = parseFlags([]string{"--node-name=n2", "--fake-cards=2xA100-80G,1xT4", "--backend=mps", "--metrics-addr=127.0.0.1:0", "-v=4"})
-	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" {
+	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.MPSControlBin != "" {
 		t.Errorf("flags: %+v %v", f, err)
 	}
 	if _, err := parseFlags([]string{"extra"}); err == nil {

@@ -37,7 +37,13 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNoInventory)
 	}
 	var choices [cardBuf]placement.Choice
-	if _, reason := placement.Place(n.Cards, n.Mixed, s.req, p.cardPolicy, choices[:0]); reason != "" {
+	// Whether one container fits does not depend on which card it would
+	// take, so single-container pods skip the policy's (costlier) choice.
+	policy, env := p.cardPolicy, p.env(s, nodeInfo)
+	if len(s.req.Containers) == 1 {
+		policy = placement.Binpack
+	}
+	if _, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, policy, &env, choices[:0]); reason != "" {
 		return fwk.NewStatus(unschedulableCode(reason), reason)
 	}
 	return nil

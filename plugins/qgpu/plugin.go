@@ -27,6 +27,10 @@ type QGPU struct {
 	nodePolicy placement.Policy
 	cardPolicy placement.Policy
 	synced     []cache.InformerSynced
+	// workload is learned from the pods placed, for fgd and fragpack.
+	workload *workloadLearner
+	// live is set when the handle has informers and a snapshot (not in unit tests).
+	live bool
 }
 
 var (
@@ -53,11 +57,13 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		ledger:     ledger.New(int(a.MaxPodsPerCard)),
 		nodePolicy: placement.Policy(a.NodePolicy),
 		cardPolicy: placement.Policy(a.CardPolicy),
+		workload:   newWorkloadLearner(),
 	}
 	if h != nil && h.SharedInformerFactory() != nil {
 		if err := p.watch(ctx); err != nil {
 			return nil, err
 		}
+		p.live = true
 	}
 	return p, nil
 }

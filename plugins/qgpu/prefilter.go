@@ -29,7 +29,7 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ 
 		return nil, fwk.AsStatus(ctx.Err())
 	}
 	klog.FromContext(ctx).V(5).Info("qGPU request", "pod", klog.KObj(pod), "class", req.Class, "containers", len(req.Containers))
-	cs.Write(stateKey, &cycleState{req: req})
+	cs.Write(stateKey, &cycleState{req: req, podCPU: podCPU(pod)})
 	return nil, nil
 }
 

@@ -22,11 +22,12 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		return fwk.AsStatus(err)
 	}
 	var assignment []protocol.ContainerAssignment
+	env := p.env(s, p.snapshotNode(nodeName))
 	_, err = p.ledger.Reserve(pod.UID, nodeName, s.req.Class, func(n ledger.Node) ([]protocol.Slice, error) {
 		if n.Invalid != "" {
 			return nil, fmt.Errorf("%s: %s", ReasonNoInventory, n.Invalid)
 		}
-		choices, reason := placement.Place(n.Cards, n.Mixed, s.req, p.cardPolicy, nil)
+		choices, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, &env, nil)
 		if reason != "" {
 			return nil, fmt.Errorf("%s", reason)
 		}
@@ -37,8 +38,22 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	s.assignment = assignment
+	p.workload.observe(s.req, s.podCPU)
 	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
+}
+
+// snapshotNode is the cycle's view of the node (its CPU for the policies),
+// nil where there is none (unit tests, a node gone).
+func (p *QGPU) snapshotNode(name string) fwk.NodeInfo {
+	if !p.live || p.handle.SnapshotSharedLister() == nil {
+		return nil
+	}
+	ni, err := p.handle.SnapshotSharedLister().NodeInfos().Get(name)
+	if err != nil {
+		return nil
+	}
+	return ni
 }
 
 // Unreserve frees what Reserve recorded; it is idempotent and never frees a

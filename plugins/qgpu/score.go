@@ -21,32 +21,28 @@ func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeIn
 	var buf [cardBuf]ledger.Card
 	n := p.nodeCards(s, nodeInfo.Node().Name, buf[:0])
 	var choices [cardBuf]placement.Choice
-	placed, reason := placement.Place(n.Cards, n.Mixed, s.req, p.cardPolicy, choices[:0])
+	env := p.env(s, nodeInfo)
+	_, score, reason := placement.Evaluate(n.Cards, n.Mixed, s.req, p.cardPolicy, p.nodePolicy, &env, choices[:0])
 	if reason != "" {
 		return 0, nil
 	}
-	return placement.NodeScore(n.Cards, s.req, p.nodePolicy, placed), nil
+	return score, nil
 }
 
 // ScoreExtensions implements framework.ScorePlugin.
 func (p *QGPU) ScoreExtensions() framework.ScoreExtensions { return p }
 
-// NormalizeScore stretches the scores to [0, MaxNodeScore] so that the
+// NormalizeScore maps the scores to [0, MaxNodeScore] with
+// placement.Normalize (the trace replay normalizes the same way), so that the
 // difference between candidate nodes weighs fully against other plugins.
 func (p *QGPU) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores framework.NodeScoreList) *fwk.Status {
-	if len(scores) == 0 {
-		return nil
-	}
-	lo, hi := scores[0].Score, scores[0].Score
-	for _, s := range scores {
-		lo, hi = min(lo, s.Score), max(hi, s.Score)
-	}
+	raw := make([]int64, len(scores))
 	for i := range scores {
-		if hi == lo {
-			scores[i].Score = framework.MaxNodeScore
-			continue
-		}
-		scores[i].Score = (scores[i].Score - lo) * framework.MaxNodeScore / (hi - lo)
+		raw[i] = scores[i].Score
+	}
+	placement.Normalize(p.nodePolicy, raw)
+	for i := range scores {
+		scores[i].Score = raw[i]
 	}
 	return nil
 }

@@ -15,6 +15,8 @@ const stateKey fwk.StateKey = Name
 // cycleState is what PreFilter learns once and the later points reuse.
 type cycleState struct {
 	req *request.Request
+	// podCPU is the pod's CPU request, for the policies that weigh CPU.
+	podCPU int64
 	// deltas are the pods that preemption simulates as added (+1) or removed
 	// (-1), per node. Set only on the clones the preemption evaluator makes.
 	deltas map[string][]delta

@@ -78,6 +78,12 @@ func (a *agent) stop(grace time.Duration) {
 	}
 }
 
+// kill ends the agent's process group with SIGKILL and waits for it.
+func (a *agent) kill() {
+	_ = syscall.Kill(-a.cmd.Process.Pid, syscall.SIGKILL)
+	<-a.done
+}
+
 // agentRunner starts the agent once, when the device manager is up.
 type agentRunner struct {
 	o    *options
@@ -97,6 +103,24 @@ func (r *agentRunner) start() {
 		r.a = a
 		r.mu.Unlock()
 	})
+}
+
+// restart kills the agent (SIGKILL, as a crash would: sockets and the store's
+// lock are left behind) and starts it again, for SIGUSR1.
+func (r *agentRunner) restart() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.a == nil {
+		klog.InfoS("SIGUSR1 before the agent started: nothing to restart")
+		return
+	}
+	r.a.kill()
+	a, err := startAgent(r.o)
+	if err != nil {
+		klog.ErrorS(err, "Agent not restarted")
+		return
+	}
+	r.a = a
 }
 
 func (r *agentRunner) stop(grace time.Duration) {

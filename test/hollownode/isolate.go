@@ -33,7 +33,7 @@ func runIsolated() (int, error) {
 		Pdeathsig: syscall.SIGKILL,
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 	if err := cmd.Start(); err != nil {
 		return 1, fmt.Errorf("starting isolated child (needs root for CLONE_NEWNS): %w", err)
 	}

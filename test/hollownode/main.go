@@ -5,7 +5,8 @@
 // admission. See DESIGN §5 and test/harness.
 //
 // Signals: SIGHUP restarts the device manager (new kubelet.sock, plugins
-// must register again); SIGTERM and SIGINT stop the agent and exit.
+// must register again); SIGUSR1 kills the agent (SIGKILL) and starts it
+// again; SIGTERM and SIGINT stop the agent and exit.
 package main
 
 import (

@@ -39,7 +39,7 @@ func run(o *options) error {
 		return fmt.Errorf("setting TMPDIR: %w", err)
 	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 
 	agents := &agentRunner{o: o}
 	devices, err := newDeviceContainerManager(agents.start)
@@ -71,16 +71,21 @@ func run(o *options) error {
 		agents.stop(time.Second)
 		return fmt.Errorf("running hollow kubelet: %w", err)
 	}
-	waitForStop(sigs, devices)
+	waitForStop(sigs, devices, agents)
 	agents.stop(3 * time.Second)
 	devices.Stop()
 	return nil
 }
 
-// waitForStop handles SIGHUP (device manager restart) until SIGTERM or
-// SIGINT arrives.
-func waitForStop(sigs <-chan os.Signal, devices *deviceContainerManager) {
+// waitForStop handles SIGHUP (device manager restart) and SIGUSR1 (agent
+// killed and started again) until SIGTERM or SIGINT arrives.
+func waitForStop(sigs <-chan os.Signal, devices *deviceContainerManager, agents *agentRunner) {
 	for s := range sigs {
+		if s == syscall.SIGUSR1 {
+			klog.InfoS("SIGUSR1: restarting the agent")
+			agents.restart()
+			continue
+		}
 		if s != syscall.SIGHUP {
 			klog.InfoS("Stopping", "signal", s)
 			return

@@ -9,7 +9,7 @@ import (
 // placeGeneral places each container of a general pod on its own choice of
 // card (several containers may share one), following the card policy.
 // Whole-card containers (C = 100·k) take k empty cards.
-func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, out []Choice) ([]Choice, string) {
+func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, env *Env, out []Choice) ([]Choice, string) {
 	start := len(out)
 	for ci, c := range req.Containers {
 		if c.Whole {
@@ -19,7 +19,12 @@ func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, out 
 			}
 			continue
 		}
-		best := bestShared(cards, req, c, policy, out[start:])
+		best := -1
+		if policy.fragAware() && env.hasWorkload() {
+			best = leastFrag(cards, req, c, policy, env, out[start:])
+		} else {
+			best = bestShared(cards, req, c, policy, out[start:])
+		}
 		if best < 0 {
 			return out[:start], failReason(cards, req)
 		}
@@ -46,10 +51,7 @@ func bestShared(cards []ledger.Card, req *request.Request, c request.Container, 
 		if !req.MatchesModel(card.Model) || !card.Fits(protocol.ClassGeneral, c.MemoryGiB, c.Cores, !holds(chosen, i)) {
 			continue
 		}
-		// Free capacity left after placing, memory and cores weighed alike as
-		// fractions of the card (in per-mille, integers only).
-		free := (card.FreeMemoryGiB()-c.MemoryGiB)*1000/max(card.MemoryGiB, 1) +
-			(protocol.CoresPerCard-card.UsedCores-c.Cores)*10
+		free := freeAfter(card, c)
 		better := free < bestFree // binpack: least left over
 		if policy == Spread {
 			better = free > bestFree
@@ -59,6 +61,59 @@ func bestShared(cards []ledger.Card, req *request.Request, c request.Container, 
 		}
 	}
 	return best
+}
+
+// freeAfter is the capacity a card has left after the container, memory
+// and cores weighed alike as fractions of the card (per-mille, integers only).
+func freeAfter(card *ledger.Card, c request.Container) int64 {
+	return (card.FreeMemoryGiB()-c.MemoryGiB)*1000/max(card.MemoryGiB, 1) +
+		(protocol.CoresPerCard-card.UsedCores-c.Cores)*10
+}
+
+// leastFrag picks the card whose fragmentation grows least (fgd: by the
+// simulator's truncated score, first card on ties; fragpack: exactly, the
+// tighter fit on ties). Cards in the same state give the same result, so
+// only the first of them is evaluated.
+func leastFrag(cards []ledger.Card, req *request.Request, c request.Container, policy Policy, env *Env, chosen []Choice) int {
+	before := envFrag(cards, env, env.CPULeft)
+	best, bestScore, bestFree := -1, 0.0, int64(0)
+	for i := range cards {
+		card := &cards[i]
+		if !req.MatchesModel(card.Model) || !card.Fits(protocol.ClassGeneral, c.MemoryGiB, c.Cores, !holds(chosen, i)) ||
+			sameAsEarlier(cards, i, chosen) {
+			continue
+		}
+		saved := *card
+		card.Take(protocol.ClassGeneral, c.MemoryGiB, c.Cores, !holds(chosen, i))
+		after := envFrag(cards, env, env.cpuLeftAfter())
+		*card = saved
+		score, free := float64(fgdScore(before, after)), freeAfter(card, c)
+		if policy == FragPack {
+			score = before - after
+		}
+		if best < 0 || score > bestScore || policy == FragPack && score == bestScore && free < bestFree {
+			best, bestScore, bestFree = i, score, free
+		}
+	}
+	return best
+}
+
+// sameAsEarlier reports whether an earlier card is in the same state as card
+// i (same model, capacity and holdings, and neither held by this pod).
+func sameAsEarlier(cards []ledger.Card, i int, chosen []Choice) bool {
+	a := &cards[i]
+	if holds(chosen, i) {
+		return false
+	}
+	for j := range i {
+		b := &cards[j]
+		if a.Model == b.Model && a.MemoryGiB == b.MemoryGiB && a.Healthy == b.Healthy && a.MaxPods == b.MaxPods &&
+			a.UsedMemoryGiB == b.UsedMemoryGiB && a.UsedCores == b.UsedCores && a.UsedGreedy == b.UsedGreedy &&
+			a.General == b.General && a.Online == b.Online && a.Offline == b.Offline && !holds(chosen, j) {
+			return true
+		}
+	}
+	return false
 }
 
 // placeWhole takes k empty cards for one container. binpack takes the lowest

@@ -11,19 +11,6 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
 )
 
-// Policy orders cards and nodes for general pods.
-type Policy string
-
-const (
-	// Binpack fills the fullest card (and node) that fits, keeping others whole.
-	Binpack Policy = "binpack"
-	// Spread picks the emptiest card (and node), for availability.
-	Spread Policy = "spread"
-)
-
-// Policies lists the supported policies, for validation messages.
-var Policies = []Policy{Binpack, Spread}
-
 // Choice is one container's card: Container indexes Request.Containers and
 // Card indexes the cards slice passed in.
 type Choice struct {
@@ -46,6 +33,12 @@ const (
 // choices are appended to out (pass a reused buffer to avoid allocation). On
 // failure it returns one of the Reason constants.
 func Place(cards []ledger.Card, mixed bool, req *request.Request, policy Policy, out []Choice) ([]Choice, string) {
+	return PlaceIn(cards, mixed, req, policy, nil, out)
+}
+
+// PlaceIn is Place for policies that look beyond the cards (fgd: the
+// workload and the node's CPU). env may be nil for the others.
+func PlaceIn(cards []ledger.Card, mixed bool, req *request.Request, policy Policy, env *Env, out []Choice) ([]Choice, string) {
 	if len(cards) == 0 {
 		return out, ReasonNoCards
 	}
@@ -58,7 +51,7 @@ func Place(cards []ledger.Card, mixed bool, req *request.Request, policy Policy,
 	if req.SharesOneCard() {
 		return placeOneCard(cards, req, out)
 	}
-	return placeGeneral(cards, req, policy, out)
+	return placeGeneral(cards, req, policy, env, out)
 }
 
 func anyModel(cards []ledger.Card, req *request.Request) bool {

@@ -1,0 +1,143 @@
+package placement
+
+import (
+	"math"
+	"sort"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+)
+
+// Shape is one typical pod of the target workload (FGD's "typical pods").
+type Shape struct {
+	// MemoryGiB and Cores are what the pod takes on each of its cards, in the
+	// cards' units (the trace replay's paper mode counts GPU-milli as memory).
+	MemoryGiB, Cores int64
+	// Cards is 0 for a pod without qGPU requests (CPU only), else its cards;
+	// Whole marks a pod that takes Cards empty cards.
+	Cards int
+	Whole bool
+	// CPUMilli is the pod's CPU request.
+	CPUMilli int64
+	// Weight is the shape's share of the workload's pods.
+	Weight float64
+}
+
+// maxGPUShapes bounds the distinct card demands a workload keeps, so that
+// Frag works on the stack: the heaviest are kept.
+const maxGPUShapes = 32
+
+type gpuShape struct {
+	memoryGiB, cores int64
+	cards            int
+	whole            bool
+}
+
+type cpuShape struct {
+	gpu    int // index into gpu, -1 for CPU-only pods
+	cpu    int64
+	weight float64
+}
+
+// Workload is a target workload prepared for Frag: shapes grouped by their
+// card demand, so each demand is checked once per card.
+type Workload struct {
+	gpu    []gpuShape
+	shapes []cpuShape
+}
+
+// NewWorkload prepares shapes; shapes without weight are dropped.
+func NewWorkload(shapes []Shape) *Workload {
+	sorted := append([]Shape(nil), shapes...)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Weight > sorted[j].Weight })
+	w := &Workload{}
+	index := map[gpuShape]int{}
+	for _, s := range sorted {
+		if s.Weight <= 0 {
+			continue
+		}
+		cs := cpuShape{gpu: -1, cpu: s.CPUMilli, weight: s.Weight}
+		if s.Cards > 0 {
+			g := gpuShape{memoryGiB: s.MemoryGiB, cores: s.Cores, cards: s.Cards, whole: s.Whole}
+			i, ok := index[g]
+			if !ok {
+				if len(w.gpu) == maxGPUShapes {
+					continue
+				}
+				i = len(w.gpu)
+				index[g] = i
+				w.gpu = append(w.gpu, g)
+			}
+			cs.gpu = i
+		}
+		w.shapes = append(w.shapes, cs)
+	}
+	return w
+}
+
+// Len is the number of shapes kept.
+func (w *Workload) Len() int { return len(w.shapes) }
+
+// CardFree is a card's free share for general pods in milli-cards: the
+// scarcer of memory and cores; 0 for a card general pods cannot use.
+func CardFree(c *ledger.Card) int64 {
+	if !c.Healthy || c.Online+c.Offline > 0 {
+		return 0
+	}
+	mem := c.FreeMemoryGiB() * 1000 / max(c.MemoryGiB, 1)
+	return min(mem, (protocol.CoresPerCard-c.UsedCores)*10)
+}
+
+func (g *gpuShape) fits(c *ledger.Card) bool {
+	if g.whole {
+		return c.Empty() && c.Fits(protocol.ClassGeneral, g.memoryGiB, protocol.CoresPerCard, true)
+	}
+	return c.Fits(protocol.ClassGeneral, g.memoryGiB, g.cores, true)
+}
+
+// Frag is FGD's expected fragmentation of a node (FragAmountSumExceptQ3 of
+// the paper's simulator), in milli-cards: for every typical pod, weighted by
+// its share, the free card capacity it could not use here — all of it when
+// the pod does not fit the node (too few cards or too little CPU), else the
+// free capacity of the cards too small for it. cpuLeft < 0 with cpuKnown
+// false ignores CPU.
+func Frag(cards []ledger.Card, cpuLeft int64, cpuKnown bool, w *Workload) float64 {
+	var total int64
+	for i := range cards {
+		total += CardFree(&cards[i])
+	}
+	var fit [maxGPUShapes]int
+	var stranded [maxGPUShapes]int64
+	for gi := range w.gpu {
+		g := &w.gpu[gi]
+		for i := range cards {
+			if g.fits(&cards[i]) {
+				fit[gi]++
+			} else {
+				stranded[gi] += CardFree(&cards[i])
+			}
+		}
+	}
+	var f float64
+	for _, s := range w.shapes {
+		frag := total
+		if s.gpu >= 0 && (!cpuKnown || cpuLeft >= s.cpu) && fit[s.gpu] >= w.gpu[s.gpu].cards {
+			frag = stranded[s.gpu]
+		}
+		f += s.weight * float64(frag)
+	}
+	return f
+}
+
+// fgdScore is the simulator's score: sigmoid of the fragmentation decrease
+// in cards, scaled to MaxScore and truncated to an integer as it was.
+func fgdScore(before, after float64) int64 {
+	return int64(sigmoid((before-after)/1000) * MaxScore)
+}
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// envFrag is Frag with the CPU the env knows.
+func envFrag(cards []ledger.Card, env *Env, cpuLeft int64) float64 {
+	return Frag(cards, cpuLeft, env.CPUCap > 0, env.Workload)
+}

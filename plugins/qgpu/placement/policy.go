@@ -1,0 +1,66 @@
+package placement
+
+// Policy orders cards and nodes for general pods.
+type Policy string
+
+const (
+	// Binpack fills the fullest card (and node) that fits, keeping others whole.
+	Binpack Policy = "binpack"
+	// Spread picks the emptiest card (and node), for availability.
+	Spread Policy = "spread"
+	// BestFit picks the card that fits tightest, and the node with the least
+	// resources left over after the pod, GPU and CPU weighed alike.
+	BestFit Policy = "bestfit"
+	// FGD is Fragmentation Gradient Descent (Weng et al., USENIX ATC'23): the
+	// card and node whose fragmentation, measured against the workload's
+	// typical pods, grows least. Scores are the paper's truncated sigmoid.
+	FGD Policy = "fgd"
+	// FragPack is the project's default: FGD's fragmentation measure, the
+	// card by the exact least growth, the node by the growth in tenths of a
+	// card and then a fixed node rank, so that equal nodes are filled one
+	// after the other rather than at random (see fragPackQuantum).
+	FragPack Policy = "fragpack"
+)
+
+// Default is the policy the profiles use when none is named.
+const Default = FragPack
+
+// Policies lists the supported policies, for validation messages.
+var Policies = []Policy{Binpack, Spread, BestFit, FGD, FragPack}
+
+// Valid reports whether p names a supported policy.
+func (p Policy) Valid() bool {
+	for _, q := range Policies {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// fragAware reports whether the policy measures fragmentation.
+func (p Policy) fragAware() bool { return p == FGD || p == FragPack }
+
+// Env is what the node offers besides its cards, for the policies that look
+// at more than the cards (bestfit, fgd, fragpack). All CPU is in milli-cores;
+// CPUCap 0 means unknown and CPU is then ignored.
+type Env struct {
+	// Workload is the target workload (FGD's typical pods); nil or empty
+	// makes the fragmentation-aware policies fall back to bestfit.
+	Workload *Workload
+	// CPULeft is the node's unrequested CPU before the pod, CPUCap its allocatable.
+	CPULeft, CPUCap int64
+	// PodCPU is the pod's CPU request.
+	PodCPU int64
+	// Rank is the node's NodeRank, fragpack's tie-break.
+	Rank int64
+}
+
+func (e *Env) hasWorkload() bool { return e != nil && e.Workload != nil && len(e.Workload.shapes) > 0 }
+
+func (e *Env) cpuLeftAfter() int64 {
+	if e == nil {
+		return 0
+	}
+	return e.CPULeft - e.PodCPU
+}

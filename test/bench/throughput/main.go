@@ -1,0 +1,81 @@
+// Command throughput is a scheduler_perf-style measurement: a real
+// kube-apiserver and etcd (harness.StartControlPlane), the qgpu-scheduler run
+// in-process (app.Setup + app.Run with command.Options(), leader election
+// off) with two profiles, N nodes of 8 cards, and M pods created through the
+// API for each profile in turn: fractional qGPU pods for the qgpu-scheduler
+// profile of config/qgpu-scheduler.yaml, and pods asking for one whole
+// nvidia.com/gpu for a stock profile (default plugins only). It prints pods/s
+// for each, from the first create to the last bind seen by a watch, and as
+// its last line: ratio <qgpu pods/s ÷ stock pods/s>.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+func main() {
+	nodes := flag.Int("nodes", 500, "nodes, 8 cards each")
+	pods := flag.Int("pods", 4000, "pods per profile")
+	profile := flag.String("profile", "config/qgpu-scheduler.yaml", "the qgpu-scheduler profile (relative to the repository root)")
+	timeout := flag.Duration("timeout", 10*time.Minute, "give up on a phase after this long, reporting what was bound")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *nodes, *pods, *profile, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "throughput:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, nodes, pods int, profile string, timeout time.Duration) error {
+	start, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cp, err := harness.StartControlPlane(start, harness.ControlPlaneOptions{})
+	if err != nil {
+		return fmt.Errorf("starting the control plane: %w", err)
+	}
+	defer cp.Stop()
+	client, err := fastClient(cp)
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := createNodes(ctx, client, nodes); err != nil {
+		return err
+	}
+	fmt.Printf("%d nodes of 8 cards created in %s\n", nodes, time.Since(t0).Round(time.Millisecond))
+	schedCtx, stopSched := context.WithCancel(ctx)
+	done, err := startScheduler(schedCtx, cp, profile)
+	if err != nil {
+		stopSched()
+		return err
+	}
+	defer func() { stopSched(); <-done }()
+	phases := []phase{
+		{name: "qgpu-scheduler", scheduler: qgpuScheduler, pod: qgpuPod},
+		{name: "stock", scheduler: stockScheduler, pod: stockPod},
+	}
+	rates := make([]float64, len(phases))
+	for i, ph := range phases {
+		r, err := measure(ctx, client, ph, pods, timeout)
+		if err != nil {
+			return fmt.Errorf("%s: %w", ph.name, err)
+		}
+		fmt.Printf("%-15s %d pods on %d nodes: %d bound in %s: %.1f pods/s\n",
+			ph.name, pods, nodes, r.bound, r.elapsed.Round(time.Millisecond), r.rate())
+		if r.bound < pods {
+			fmt.Printf("%-15s PARTIAL: %d of %d pods bound before the %s timeout\n", ph.name, r.bound, pods, timeout)
+		}
+		rates[i] = r.rate()
+	}
+	fmt.Printf("ratio %.3f\n", rates[0]/rates[1])
+	return nil
+}

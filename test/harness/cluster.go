@@ -1,0 +1,311 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/yaml"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// ClusterOptions configures StartCluster. The zero value is DefaultNodes
+// with RBAC off.
+type ClusterOptions struct {
+	// Nodes are the simulated qGPU nodes; nil means ParseNodes(DefaultNodes).
+	Nodes []NodeSpec
+	// RBAC turns on Node,RBAC authorization and runs the scheduler and the
+	// agents with the ServiceAccounts and rules of manifests/ (applied by
+	// StartCluster); the nodes use system:node:<name> certificates.
+	// Without it every component is admin.
+	RBAC bool
+	// Profile is a scheduler profile such as config/qgpu-scheduler-spread.yaml,
+	// with its lease moved to qgpu-system as hack/gen-manifests.sh does.
+	// Empty: the config of the generated manifests/scheduler/configmap.yaml,
+	// i.e. what a real deployment runs.
+	Profile string
+	// Dir receives everything: controlplane/, kubeconfig, scheduler.log,
+	// nodes/<name>/ (node.log, agent.log, meta.db, containers/). Empty: a
+	// temporary directory removed by Stop.
+	Dir string
+	// SchedulerArgs and AgentArgs are extra flags, e.g. "--v=4".
+	SchedulerArgs []string
+	AgentArgs     []string
+	// Logf receives the control plane's progress messages; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// Cluster is a control plane, the real qgpu-scheduler binary and hollow
+// nodes each running the real qgpu-agent on fake cards.
+type Cluster struct {
+	*ControlPlane
+	Scheduler *Scheduler
+	Nodes     []*ClusterNode
+	// Kubeconfig is an admin kubeconfig file (kubectl, kubectl-qgpu).
+	Kubeconfig string
+	// Dir holds all state and logs (see ClusterOptions.Dir).
+	Dir string
+
+	removeDir bool
+}
+
+// ClusterNode is a hollow node of a Cluster and what it was made from.
+type ClusterNode struct {
+	*HollowNode
+	Spec NodeSpec
+}
+
+// StartCluster brings a cluster up and returns once every node publishes
+// its cards (inventory annotation and device-plugin capacity). ctx bounds
+// the start only; the cluster runs until Stop.
+func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err error) {
+	if opts.Nodes == nil {
+		if opts.Nodes, err = ParseNodes(DefaultNodes); err != nil {
+			return nil, err
+		}
+	}
+	c := &Cluster{Dir: opts.Dir}
+	if c.Dir == "" {
+		if c.Dir, err = os.MkdirTemp("", "qgpu-cluster-"); err != nil {
+			return nil, fmt.Errorf("creating cluster dir: %w", err)
+		}
+		c.removeDir = true
+	} else if c.Dir, err = filepath.Abs(c.Dir); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			c.Stop()
+		}
+	}()
+	cpDir := filepath.Join(c.Dir, "controlplane")
+	if err := os.MkdirAll(cpDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating control plane dir: %w", err)
+	}
+	c.ControlPlane, err = StartControlPlane(ctx, ControlPlaneOptions{RBAC: opts.RBAC, Dir: cpDir, Logf: opts.Logf})
+	if err != nil {
+		return nil, err
+	}
+	c.Kubeconfig = filepath.Join(c.Dir, "kubeconfig")
+	if err := c.WriteKubeconfig(c.Kubeconfig); err != nil {
+		return nil, err
+	}
+	schedKC, agentKC, err := c.componentCredentials(ctx, opts.RBAC)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.startScheduler(ctx, opts, schedKC); err != nil {
+		return nil, err
+	}
+	if err := c.startNodes(ctx, opts, agentKC); err != nil {
+		return nil, err
+	}
+	return c, c.waitReady(ctx)
+}
+
+// componentCredentials writes the scheduler's and the agent's kubeconfigs:
+// with RBAC, tokens of the manifests' ServiceAccounts bound to the
+// manifests' rules (applied here); otherwise the admin kubeconfig.
+func (c *Cluster) componentCredentials(ctx context.Context, rbac bool) (scheduler, agent string, err error) {
+	if !rbac {
+		return c.Kubeconfig, c.Kubeconfig, nil
+	}
+	objs, err := ReadManifests("manifests/namespace.yaml", "manifests/scheduler/rbac.yaml", "manifests/agent/rbac.yaml")
+	if err != nil {
+		return "", "", err
+	}
+	if err := Apply(ctx, c.Config, objs, false); err != nil {
+		return "", "", err
+	}
+	scheduler = filepath.Join(c.Dir, "scheduler.kubeconfig")
+	if err := c.KubeconfigForServiceAccount(ctx, "qgpu-system", "qgpu-scheduler", scheduler); err != nil {
+		return "", "", err
+	}
+	agent = filepath.Join(c.Dir, "agent.kubeconfig")
+	if err := c.KubeconfigForServiceAccount(ctx, "qgpu-system", "qgpu-agent", agent); err != nil {
+		return "", "", err
+	}
+	return scheduler, agent, nil
+}
+
+func (c *Cluster) startScheduler(ctx context.Context, opts ClusterOptions, kubeconfig string) error {
+	config, err := schedulerConfig(opts.Profile)
+	if err != nil {
+		return err
+	}
+	configPath := filepath.Join(c.Dir, "scheduler-config.yaml")
+	if err := os.WriteFile(configPath, config, 0o644); err != nil {
+		return fmt.Errorf("writing scheduler config: %w", err)
+	}
+	c.Scheduler, err = StartScheduler(ctx, SchedulerOptions{
+		Kubeconfig: kubeconfig, Profile: configPath, LogPath: c.SchedulerLogPath(), Args: opts.SchedulerArgs,
+	})
+	return err
+}
+
+// SchedulerLogPath is the scheduler's output file.
+func (c *Cluster) SchedulerLogPath() string { return filepath.Join(c.Dir, "scheduler.log") }
+
+// schedulerConfig returns the KubeSchedulerConfiguration the scheduler
+// runs: the generated ConfigMap's, or profile with its lease in qgpu-system.
+func schedulerConfig(profile string) ([]byte, error) {
+	if profile != "" {
+		p, err := repoPath(profile)
+		if err != nil {
+			return nil, err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, fmt.Errorf("reading profile: %w", err)
+		}
+		// The same rewrite as hack/gen-manifests.sh: the RBAC grants the
+		// scheduler its lease in its own namespace only.
+		return []byte(strings.ReplaceAll(string(b), "resourceNamespace: kube-system", "resourceNamespace: qgpu-system")), nil
+	}
+	p, err := repoPath("manifests/scheduler/configmap.yaml")
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("reading scheduler ConfigMap: %w", err)
+	}
+	var cm corev1.ConfigMap
+	if err := yaml.UnmarshalStrict(b, &cm); err != nil {
+		return nil, fmt.Errorf("decoding %s: %w", p, err)
+	}
+	config := cm.Data["config.yaml"]
+	if config == "" {
+		return nil, fmt.Errorf("%s has no config.yaml", p)
+	}
+	return []byte(config), nil
+}
+
+// startNodes starts one hollow node per spec, each with its agent on fake cards.
+func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKubeconfig string) error {
+	agentBin, err := BinaryPath("", "QGPU_AGENT_BIN", "qgpu-agent")
+	if err != nil {
+		return err
+	}
+	for _, spec := range opts.Nodes {
+		root := filepath.Join(c.Dir, "nodes", spec.Name)
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return fmt.Errorf("creating node dir: %w", err)
+		}
+		kubeconfig := filepath.Join(root, "kubeconfig")
+		if err := c.KubeconfigForUser(kubeconfig, "system:node:"+spec.Name, "system:nodes"); err != nil {
+			return err
+		}
+		args := append([]string{
+			"--fake-cards=" + spec.Cards,
+			"--dbfile=" + filepath.Join(root, "meta.db"),
+			"--metrics-addr=127.0.0.1:0",
+			"--kubeconfig=" + agentKubeconfig,
+			// The hollow kubelet's PodResources API, for the reconciler.
+			"--pod-resources-socket=" + filepath.Join(root, "kubelet", "pod-resources", "kubelet.sock"),
+		}, opts.AgentArgs...)
+		// The node must outlive ctx, which bounds the start only.
+		n, err := StartHollowNode(context.WithoutCancel(ctx), HollowNodeOptions{
+			Name: spec.Name, Kubeconfig: kubeconfig, RootDir: root, Labels: spec.labels(),
+			AgentCmd: agentBin, AgentArgs: args,
+		})
+		if err != nil {
+			return err
+		}
+		c.Nodes = append(c.Nodes, &ClusterNode{HollowNode: n, Spec: spec})
+	}
+	return nil
+}
+
+// waitReady waits until every node has its inventory annotation and the
+// qgpu-core capacity of all its cards, failing early if a process has exited.
+func (c *Cluster) waitReady(ctx context.Context) error {
+	for _, n := range c.Nodes {
+		var last string
+		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			if err := c.exited(); err != nil {
+				return false, err
+			}
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			core := node.Status.Allocatable[protocol.ResourceCore]
+			inv, err := protocol.DecodeInventory([]byte(node.Annotations[protocol.AnnotationInventory]))
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			last = fmt.Sprintf("%d cards in the inventory, allocatable %s %s", len(inv.Cards), protocol.ResourceCore, core.String())
+			return core.Value() == int64(len(inv.Cards)*protocol.CoresPerCard), nil
+		})
+		if err != nil {
+			return fmt.Errorf("node %s not ready (%s): %w\nnode log tail:\n%s\nagent log tail:\n%s",
+				n.Name, last, err, tail(n.LogPath(), 15), tail(n.AgentLogPath(), 15))
+		}
+	}
+	return nil
+}
+
+// exited returns an error if the scheduler or a node has ended.
+func (c *Cluster) exited() error {
+	if c.Scheduler != nil && c.Scheduler.Exited() {
+		return fmt.Errorf("qgpu-scheduler exited; log tail:\n%s", tail(c.SchedulerLogPath(), 20))
+	}
+	for _, n := range c.Nodes {
+		if done, err := n.Exited(); done {
+			return fmt.Errorf("hollow node %s exited (%v); log tail:\n%s", n.Name, err, tail(n.LogPath(), 20))
+		}
+	}
+	return nil
+}
+
+// Node returns the node named name, or nil.
+func (c *Cluster) Node(name string) *ClusterNode {
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n
+		}
+	}
+	return nil
+}
+
+// Stop stops the nodes (with their agents) and the scheduler in parallel,
+// then the control plane, and removes Dir if StartCluster created it. It
+// is safe to call more than once; it returns the nodes' stop errors.
+func (c *Cluster) Stop() error {
+	var mu sync.Mutex
+	var errs []error
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Go(func() {
+			if err := n.Stop(); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	if s := c.Scheduler; s != nil {
+		wg.Go(s.Stop)
+	}
+	wg.Wait()
+	if c.ControlPlane != nil {
+		c.ControlPlane.Stop()
+	}
+	if c.removeDir {
+		_ = os.RemoveAll(c.Dir)
+		c.removeDir = false
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,139 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+// TestManifestsDryRun sends every manifest to a real API server with
+// server-side dry run: the kustomized manifests/ (RBAC, ConfigMap,
+// Deployment, DaemonSet) and every file of manifests/examples, so schema,
+// defaulting and admission all check them, as `kubectl apply
+// --dry-run=server` does.
+func TestManifestsDryRun(t *testing.T) {
+	cp := harness.StartWith(t, harness.ControlPlaneOptions{RBAC: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Dry run does not create the namespace that the others live in.
+	ns, err := harness.ReadManifests("manifests/namespace.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.Apply(ctx, cp.Config, ns, false); err != nil {
+		t.Fatal(err)
+	}
+	examples, err := filepath.Glob(filepath.Join(repoRoot(t), "manifests/examples/*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range append([]string{"manifests"}, examples...) {
+		name, err := filepath.Rel(repoRoot(t), p)
+		if err != nil {
+			name = p
+		}
+		if filepath.Base(p) == "kustomization.yaml" {
+			continue // not an object: built and applied below
+		}
+		t.Run(name, func(t *testing.T) {
+			objs, err := harness.ReadManifests(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(objs) == 0 {
+				t.Fatalf("%s holds no objects", p)
+			}
+			if err := harness.Apply(ctx, cp.Config, objs, true); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	t.Run("manifests/examples kustomization", func(t *testing.T) {
+		objs, err := harness.ReadManifests("manifests/examples")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := len(examples) - 1; len(objs) != want {
+			t.Errorf("the kustomization lists %d of the %d example files", len(objs), want)
+		}
+		if err := harness.Apply(ctx, cp.Config, objs, true); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// TestManifestsConfigMapFresh fails when manifests/scheduler/configmap.yaml
+// is not what hack/gen-manifests.sh makes of config/qgpu-scheduler.yaml.
+func TestManifestsConfigMapFresh(t *testing.T) {
+	root := repoRoot(t)
+	committed := filepath.Join(root, "manifests/scheduler/configmap.yaml")
+	want, err := os.ReadFile(committed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The script writes in place: run it on a copy of the inputs it reads.
+	tmp := t.TempDir()
+	for _, f := range []string{"hack/gen-manifests.sh", "config/qgpu-scheduler.yaml"} {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(tmp, f)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, f), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(tmp, "manifests/scheduler"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(filepath.Join(tmp, "hack/gen-manifests.sh")).CombinedOutput(); err != nil {
+		t.Fatalf("hack/gen-manifests.sh: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(tmp, "manifests/scheduler/configmap.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s is stale: run hack/gen-manifests.sh (make manifests) and commit the result.\ngenerated:\n%s", committed, got)
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// assertNoForbidden fails if the scheduler or an agent, running with the
+// manifests' least-privilege credentials, was denied anything: a verb
+// missing from manifests/*/rbac.yaml shows up as a "forbidden" log line.
+func assertNoForbidden(t *testing.T, c *harness.Cluster) {
+	t.Helper()
+	logs := []string{c.SchedulerLogPath()}
+	for _, n := range c.Nodes {
+		logs = append(logs, n.AgentLogPath())
+	}
+	for _, p := range logs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.Contains(strings.ToLower(line), "forbidden") {
+				t.Errorf("%s: %s", filepath.Base(filepath.Dir(p))+"/"+filepath.Base(p), line)
+			}
+		}
+	}
+}

@@ -1,0 +1,144 @@
+// Command replay replays the Alibaba openb GPU trace as the FGD paper did and
+// reports, per policy, the share of GPU capacity allocated as arrivals grow.
+//
+//	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--out DIR]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/test/replay/sim"
+)
+
+// checkpoints are the arrival percentages the table reports.
+var checkpoints = []int{100, 110, 120, 130}
+
+func main() {
+	nodesPath := flag.String("nodes", "", "node list CSV (openb_node_list_gpu_node.csv)")
+	podsPath := flag.String("pods", "", "pod list CSV (openb_pod_list_default.csv)")
+	policyFlag := flag.String("policy", string(placement.Default), "policy, comma list, or all (the default policy last)")
+	seedsFlag := flag.String("seeds", "42-51", "seeds: a range A-B or a comma list")
+	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (DESIGN §3 accounting)")
+	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
+	out := flag.String("out", "", "directory for replay.csv and replay.png (none if empty)")
+	flag.Parse()
+	if err := run(*nodesPath, *podsPath, *policyFlag, *seedsFlag, sim.Mode(*modeFlag), sim.TieBreak(*ties), *out); err != nil {
+		fmt.Fprintln(os.Stderr, "replay:", err)
+		os.Exit(1)
+	}
+}
+
+func run(nodesPath, podsPath, policyFlag, seedsFlag string, mode sim.Mode, ties sim.TieBreak, out string) error {
+	if ties != sim.FirstNode && ties != sim.Random {
+		return fmt.Errorf("--ties %q: want first or random", ties)
+	}
+	if mode != sim.Paper && mode != sim.QGPU {
+		return fmt.Errorf("--mode %q: want paper or qgpu", mode)
+	}
+	policies, err := parsePolicies(policyFlag)
+	if err != nil {
+		return err
+	}
+	seeds, err := parseSeeds(seedsFlag)
+	if err != nil {
+		return err
+	}
+	nodes, err := sim.ReadNodes(nodesPath)
+	if err != nil {
+		return err
+	}
+	pods, err := sim.ReadPods(podsPath)
+	if err != nil {
+		return err
+	}
+	results := replayAll(nodes, pods, mode, ties, policies, seeds)
+	printTable(os.Stdout, mode, policies, seeds, results)
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := writeCSV(filepath.Join(out, "replay-"+string(mode)+".csv"), policies, seeds, results); err != nil {
+			return err
+		}
+		if err := writePlot(filepath.Join(out, "replay-"+string(mode)+".png"), policies, results); err != nil {
+			return err
+		}
+	}
+	last := summarize(results[policies[len(policies)-1]], 130)
+	fmt.Printf("allocation@130 mean %.2f sd %.2f\n", last.mean, last.sd)
+	return nil
+}
+
+func parsePolicies(s string) ([]placement.Policy, error) {
+	if s == "all" {
+		var out []placement.Policy
+		for _, p := range placement.Policies {
+			if p != placement.Default {
+				out = append(out, p)
+			}
+		}
+		return append(out, placement.Default), nil
+	}
+	var out []placement.Policy
+	for _, name := range strings.Split(s, ",") {
+		p := placement.Policy(strings.TrimSpace(name))
+		if !p.Valid() {
+			return nil, fmt.Errorf("--policy %q: want one of %v or all", p, placement.Policies)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parseSeeds(s string) ([]int64, error) {
+	var out []int64
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.ParseInt(strings.TrimSpace(lo), 10, 64)
+		b := a
+		if err == nil && isRange {
+			b, err = strconv.ParseInt(strings.TrimSpace(hi), 10, 64)
+		}
+		if err != nil || b < a {
+			return nil, fmt.Errorf("--seeds %q: want A-B or a comma list of integers", s)
+		}
+		for v := a; v <= b; v++ {
+			out = append(out, v)
+		}
+	}
+	return out, nil
+}
+
+// replayAll runs every policy and seed, GOMAXPROCS at a time.
+func replayAll(nodes []sim.Node, pods []sim.Pod, mode sim.Mode, ties sim.TieBreak, policies []placement.Policy, seeds []int64) map[placement.Policy][]sim.Result {
+	results := map[placement.Policy][]sim.Result{}
+	for _, p := range policies {
+		results[p] = make([]sim.Result, len(seeds))
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for _, p := range policies {
+		for i, seed := range seeds {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				r := sim.Run(sim.Config{Nodes: nodes, Pods: pods, Mode: mode, Policy: p, Seed: seed, MaxArrivalPct: 130, Ties: ties})
+				mu.Lock()
+				results[p][i] = r
+				mu.Unlock()
+			}()
+		}
+	}
+	wg.Wait()
+	return results
+}

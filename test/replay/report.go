@@ -1,0 +1,85 @@
+package main
+
+import (
+	"encoding/csv"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strconv"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/test/replay/sim"
+)
+
+type stat struct{ mean, sd float64 }
+
+// summarize is the mean and sample standard deviation over seeds at pct.
+func summarize(rs []sim.Result, pct int) stat {
+	var sum float64
+	for _, r := range rs {
+		sum += r.Alloc[pct]
+	}
+	mean := sum / float64(len(rs))
+	var ss float64
+	for _, r := range rs {
+		ss += (r.Alloc[pct] - mean) * (r.Alloc[pct] - mean)
+	}
+	sd := 0.0
+	if len(rs) > 1 {
+		sd = math.Sqrt(ss / float64(len(rs)-1))
+	}
+	return stat{mean, sd}
+}
+
+func printTable(w io.Writer, mode sim.Mode, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result) {
+	fmt.Fprintf(w, "mode %s, %d seeds (%d..%d): GPU allocation %% (mean ± sd) at arrived GPU demand %% of capacity\n",
+		mode, len(seeds), seeds[0], seeds[len(seeds)-1])
+	fmt.Fprintf(w, "%-10s", "policy")
+	for _, c := range checkpoints {
+		fmt.Fprintf(w, " %15s", fmt.Sprintf("@%d", c))
+	}
+	fmt.Fprintf(w, " %10s\n", "failed@130")
+	for _, p := range policies {
+		fmt.Fprintf(w, "%-10s", p)
+		for _, c := range checkpoints {
+			s := summarize(results[p], c)
+			fmt.Fprintf(w, " %15s", fmt.Sprintf("%.2f ± %.2f", s.mean, s.sd))
+		}
+		var failed int
+		for _, r := range results[p] {
+			failed += r.Failed
+		}
+		fmt.Fprintf(w, " %10.1f\n", float64(failed)/float64(len(results[p])))
+	}
+}
+
+// writeCSV writes one row per policy, seed and arrival percentage, and the
+// mean and sd over seeds as seed "mean" and "sd".
+func writeCSV(path string, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write([]string{"policy", "seed", "arrival_pct", "allocation_pct"})
+	for _, p := range policies {
+		rs := results[p]
+		for pct := 1; pct < len(rs[0].Alloc); pct++ {
+			for i, r := range rs {
+				_ = w.Write([]string{string(p), strconv.FormatInt(seeds[i], 10), strconv.Itoa(pct), ff(r.Alloc[pct])})
+			}
+			s := summarize(rs, pct)
+			_ = w.Write([]string{string(p), "mean", strconv.Itoa(pct), ff(s.mean)})
+			_ = w.Write([]string{string(p), "sd", strconv.Itoa(pct), ff(s.sd)})
+		}
+	}
+	w.Flush()
+	if err := w.Error(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func ff(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }

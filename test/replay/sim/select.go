@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"math/rand"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+)
+
+// selector is the scheduling cycle of the replay, as kube-scheduler runs it
+// with the QGPU plugin alone scoring: filter (CPU, memory, then the plugin's
+// placement), score with placement.Evaluate, normalize with
+// placement.Normalize, and pick the best node, ties broken at random as
+// kube-scheduler's selectHost does.
+type selector struct {
+	cl      *cluster
+	policy  placement.Policy
+	work    *placement.Workload
+	rng     *rand.Rand
+	scratch [][]ledger.Card
+	choices []placement.Choice
+	cand    []int
+	scores  []int64
+	ranks   []int64
+	ties    TieBreak
+}
+
+// TieBreak is how the replay picks among nodes with the best score.
+type TieBreak string
+
+const (
+	// FirstNode takes the first in the node list, as the paper's simulator
+	// evidently did: its FGD figure (95.39) is reproduced only so.
+	FirstNode TieBreak = "first"
+	// Random takes one at random (seeded), as kube-scheduler's selectHost does.
+	Random TieBreak = "random"
+)
+
+func newSelector(cl *cluster, policy placement.Policy, work *placement.Workload, rng *rand.Rand, ties TieBreak) *selector {
+	s := &selector{cl: cl, policy: policy, work: work, rng: rng, ties: ties,
+		scratch: make([][]ledger.Card, len(cl.nodes)), ranks: make([]int64, len(cl.nodes))}
+	for i := range cl.cards {
+		s.scratch[i] = make([]ledger.Card, len(cl.cards[i]))
+		s.ranks[i] = placement.NodeRank(cl.nodes[i].Name)
+	}
+	return s
+}
+
+// Env is what the plugin's Score passes for a node: its CPU, rank and the workload.
+func Env(work *placement.Workload, cpuLeft, cpuCap, podCPU int64) *placement.Env {
+	return &placement.Env{Workload: work, CPULeft: cpuLeft, CPUCap: cpuCap, PodCPU: podCPU}
+}
+
+// Scores evaluates every node for the pod (scratch holds each node's cards
+// after the pod) and returns the feasible nodes and their normalized scores.
+func (s *selector) scoreNodes(pod *Pod, req *request.Request) ([]int, []int64) {
+	s.cand, s.scores = s.cand[:0], s.scores[:0]
+	for i := range s.cl.nodes {
+		if s.cl.cpuLeft[i] < pod.CPUMilli || s.cl.memLeft[i] < pod.MemoryMiB {
+			continue
+		}
+		copy(s.scratch[i], s.cl.cards[i])
+		env := Env(s.work, s.cl.cpuLeft[i], s.cl.nodes[i].CPUMilli, pod.CPUMilli)
+		env.Rank = s.ranks[i]
+		var reason string
+		var score int64
+		s.choices, score, reason = placement.Evaluate(s.scratch[i], false, req, s.policy, s.policy, env, s.choices[:0])
+		if reason != "" {
+			continue
+		}
+		s.cand = append(s.cand, i)
+		s.scores = append(s.scores, score)
+	}
+	placement.Normalize(s.policy, s.scores)
+	return s.cand, s.scores
+}
+
+// place puts the pod on the best node and reports whether one fitted.
+func (s *selector) place(pod *Pod, req *request.Request) bool {
+	cand, scores := s.scoreNodes(pod, req)
+	best, ties := -1, 0
+	for k := range cand {
+		switch {
+		case best < 0 || scores[k] > scores[best]:
+			best, ties = k, 1
+		case scores[k] == scores[best] && s.ties == FirstNode:
+		case scores[k] == scores[best]:
+			ties++
+			if s.rng.Intn(ties) == 0 {
+				best = k
+			}
+		}
+	}
+	if best < 0 {
+		return false
+	}
+	n := cand[best]
+	copy(s.cl.cards[n], s.scratch[n])
+	s.cl.cpuLeft[n] -= pod.CPUMilli
+	s.cl.memLeft[n] -= pod.MemoryMiB
+	return true
+}
