@@ -116,15 +116,20 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 // with RBAC, tokens of the manifests' ServiceAccounts bound to the
 // manifests' rules (applied here); otherwise the admin kubeconfig.
 func (c *Cluster) componentCredentials(ctx context.Context, rbac bool) (scheduler, agent string, err error) {
-	if !rbac {
-		return c.Kubeconfig, c.Kubeconfig, nil
+	// The scheduler's lease lives in qgpu-system, with or without RBAC.
+	files := []string{"manifests/namespace.yaml"}
+	if rbac {
+		files = append(files, "manifests/scheduler/rbac.yaml", "manifests/agent/rbac.yaml")
 	}
-	objs, err := ReadManifests("manifests/namespace.yaml", "manifests/scheduler/rbac.yaml", "manifests/agent/rbac.yaml")
+	objs, err := ReadManifests(files...)
 	if err != nil {
 		return "", "", err
 	}
 	if err := Apply(ctx, c.Config, objs, false); err != nil {
 		return "", "", err
+	}
+	if !rbac {
+		return c.Kubeconfig, c.Kubeconfig, nil
 	}
 	scheduler = filepath.Join(c.Dir, "scheduler.kubeconfig")
 	if err := c.KubeconfigForServiceAccount(ctx, "qgpu-system", "qgpu-scheduler", scheduler); err != nil {

@@ -3,6 +3,7 @@ package harness
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -38,12 +39,18 @@ func (n *HollowNode) PauseKubelet() (resume func() error, err error) {
 // signals); the agent is a child of that one and is not the kubelet.
 func (n *HollowNode) kubeletPID() (int, error) {
 	pid := n.cmd.Process.Pid
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
-	if err != nil {
-		return 0, fmt.Errorf("finding the kubelet of node %s: %w", n.Name, err)
+	// Go forks from any of its threads: read the children of every task.
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil || len(files) == 0 {
+		return 0, fmt.Errorf("finding the kubelet of node %s: no /proc/%d/task/*/children (%v)", n.Name, pid, err)
+	}
+	var children []string
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		children = append(children, strings.Fields(string(b))...)
 	}
 	self, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	for _, f := range strings.Fields(string(b)) {
+	for _, f := range children {
 		child, err := strconv.Atoi(f)
 		if err != nil {
 			continue

@@ -40,6 +40,7 @@ func runForcedSwap(t *testing.T, cs kubernetes.Interface, node *harness.HollowNo
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = resume() }() // a stopped kubelet would ignore the cleanup's SIGTERM
 	bind(t, cs, node.Name, "swap-b")
 	time.Sleep(200 * time.Millisecond)
 	bind(t, cs, node.Name, "swap-a")
@@ -58,6 +59,7 @@ func runForcedSwap(t *testing.T, cs kubernetes.Interface, node *harness.HollowNo
 	if !checkTwins(t, cs, node, names, out) {
 		t.Errorf("the kubelet admitted %s before %s, but the agent gave each its own slice", names[1], names[0])
 	}
+	t.Logf("swap reported: %q", podEvents(t, cs, "default", names[1], "QGPUGrantMismatch"))
 }
 
 // assignByHand writes the assignment PreBind would: card index, 10 GiB, 50 cores.
@@ -185,4 +187,3 @@ func endSwap(t *testing.T, cs kubernetes.Interface, names []string) {
 		t.Fatalf("swapped twins not deleted: %v", err)
 	}
 }
-

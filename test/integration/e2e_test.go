@@ -247,3 +247,23 @@ func e2eKubectlNodes(t *testing.T, c *harness.Cluster) {
 		t.Errorf("kubectl-qgpu nodes holders (-want +got):\n%s\n%s", diff, out)
 	}
 }
+
+// The node list of ClusterOptions and PLAYGROUND_NODES.
+func TestParseNodes(t *testing.T) {
+	got, err := harness.ParseNodes("2*t4:2xT4, mix:1xA100+1xT4:mixed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []harness.NodeSpec{
+		{Name: "t4-0", Cards: "2xT4"}, {Name: "t4-1", Cards: "2xT4"},
+		{Name: "mix", Cards: "1xA100,1xT4", Mixed: true},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"", "t4", "T4:2xT4", "a:1xT4:spread", "0*a:1xT4", "a:1xT4,a:1xT4", "a:"} {
+		if _, err := harness.ParseNodes(bad); err == nil {
+			t.Errorf("ParseNodes(%q) accepted", bad)
+		}
+	}
+}

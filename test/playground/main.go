@@ -69,12 +69,12 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 		return err
 	}
 	fmt.Fprintf(w, "qGPU playground: a real kube-apiserver and etcd, the qgpu-scheduler binary, and %d hollow\n", len(nodes))
-	fmt.Fprintf(w, "kubelets, each running qgpu-agent on simulated cards. Logs: %s\n\n", dir)
+	fmt.Fprintf(w, "kubelets, each running qgpu-agent on simulated cards.\n\n")
 	started := time.Now()
 	c, err := startCluster(ctx, o, dir, nodes, w)
 	if err != nil {
 		cleanup(o, dir, false)
-		return err
+		return fmt.Errorf("%w\nLogs are kept in %s", err, dir)
 	}
 	defer func() {
 		fmt.Fprint(w, "\nStopping the playground ... ")
@@ -82,6 +82,9 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 		stopErr := c.Stop()
 		cleanup(o, dir, err == nil)
 		fmt.Fprintf(w, "done in %v.\n", time.Since(t).Round(100*time.Millisecond))
+		if err != nil || o.keep {
+			fmt.Fprintf(w, "Logs are kept in %s (scheduler.log, apiserver.log, nodes/<node>/{node,agent}.log).\n", dir)
+		}
 		if err == nil {
 			err = stopErr
 		}
