@@ -10,7 +10,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
 TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
 
-.PHONY: all build test unit race fuzz-short fuzz integration lint bench clean playground playground-up playground-down
+.PHONY: all build test unit race fuzz-short fuzz integration lint bench clean playground playground-up playground-down chaos
 
 all: build
 
@@ -71,6 +71,15 @@ lint:
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "not gofmt-ed:"; echo "$$out"; exit 1; fi
+
+# Bounded fault runs on a real cluster, each ending with the invariant
+# checker (test/chaos, docs/reliability.md); the last line is
+# `violations <n>`. CHAOS_FLAGS="-pods 500 -run chaos-run-name" to narrow.
+chaos: build $(BIN)/qgpu-chaos
+	@$(BIN)/qgpu-chaos $(CHAOS_FLAGS)
+
+$(BIN)/qgpu-chaos: FORCE
+	$(GO) build -o $@ ./test/chaos
 
 bench:
 	$(GO) test -run=NONE -bench=. -benchmem ./plugins/...

@@ -236,9 +236,10 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 func (c *Cluster) waitReady(ctx context.Context) error {
 	for _, n := range c.Nodes {
 		var last string
+		var exitErr error
 		err := wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-			if err := c.exited(); err != nil {
-				return false, err
+			if exitErr = c.exited(); exitErr != nil {
+				return false, exitErr
 			}
 			node, err := c.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err != nil {
@@ -254,6 +255,9 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 			last = fmt.Sprintf("%d cards in the inventory, allocatable %s %s", len(inv.Cards), protocol.ResourceCore, core.String())
 			return core.Value() == int64(len(inv.Cards)*protocol.CoresPerCard), nil
 		})
+		if exitErr != nil {
+			return exitErr
+		}
 		if err != nil {
 			return fmt.Errorf("node %s not ready (%s): %w\nnode log tail:\n%s\nagent log tail:\n%s",
 				n.Name, last, err, tail(n.LogPath(), 15), tail(n.AgentLogPath(), 15))
@@ -270,6 +274,11 @@ func (c *Cluster) exited() error {
 	for _, n := range c.Nodes {
 		if done, err := n.Exited(); done {
 			return fmt.Errorf("hollow node %s exited (%v); log tail:\n%s", n.Name, err, tail(n.LogPath(), 20))
+		}
+		// The node does not restart its agent; cmd/qgpu-agent's last words
+		// are "qgpu-agent: <error>".
+		if last := tail(n.AgentLogPath(), 1); strings.HasPrefix(last, "qgpu-agent: ") {
+			return fmt.Errorf("the agent of node %s exited: %s", n.Name, strings.TrimPrefix(last, "qgpu-agent: "))
 		}
 	}
 	return nil

@@ -29,7 +29,7 @@ func kubectlQGPU(w io.Writer, kubeconfig string, args ...string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n$ kubectl qgpu %s\n", strings.Join(args, " "))
+	fmt.Fprintf(w, "\n$ bin/kubectl-qgpu %s\n", strings.Join(args, " "))
 	cmd := exec.Command(bin, append(args, "--kubeconfig="+kubeconfig)...)
 	cmd.Stdout, cmd.Stderr = w, w
 	if err := cmd.Run(); err != nil {

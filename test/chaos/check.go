@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/internal/view"
+	"github.com/qgpu-scheduler/qgpu/test/builders"
+)
+
+const probeNS = "chaos-probe"
+
+// finish ends a run: it lets the cluster settle, prints the pod counts and
+// checks (1) the cluster as kubectl qgpu check does, (2) the scheduler's
+// ledger against a rebuild: with every pod deleted, one whole-card pod per
+// healthy card must bind, or the scheduler still counts a slice of a gone
+// pod, (3) the agents' stores: no grant for a gone or terminal pod.
+func (e *env) finish(ctx context.Context) int {
+	time.Sleep(3 * time.Second)
+	e.printCounts(ctx)
+	n := e.checkCluster(ctx, "after the faults")
+	n += e.probe(ctx)
+	n += e.checkCluster(ctx, "after the probe")
+	return n + e.checkStores(ctx)
+}
+
+func (e *env) printCounts(ctx context.Context) {
+	sel := fields.Set{"reason": "FailedScheduling"}.String()
+	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	failed := map[types.UID]bool{}
+	if err == nil {
+		for _, ev := range evs.Items {
+			failed[ev.InvolvedObject.UID] = true
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	resched := 0
+	for uid := range failed {
+		if e.bound[uid] {
+			resched++
+		}
+	}
+	fmt.Printf("pods created %d deleted %d scheduled %d rescheduled %d rejected %d\n",
+		e.created, e.deleted, len(e.bound), resched, len(failed)-resched)
+}
+
+func (e *env) read(ctx context.Context) (*view.Cluster, error) {
+	nodes, err := e.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pods, err := e.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return view.Build(nodes.Items, pods.Items, 0), nil
+}
+
+func (e *env) checkCluster(ctx context.Context, when string) int {
+	c, err := e.read(ctx)
+	if err != nil {
+		fmt.Printf("check %s: reading the cluster: %v\n", when, err)
+		return 1
+	}
+	return report("check "+when, c.Check())
+}
+
+func report(what string, v []view.Violation) int {
+	for _, x := range v {
+		fmt.Printf("  VIOLATION %s\n", x)
+	}
+	fmt.Printf("%s: %d violations\n", what, len(v))
+	return len(v)
+}
+
+// probe deletes every pod, then asks for every healthy card whole.
+func (e *env) probe(ctx context.Context) int {
+	zero := int64(0)
+	if err := e.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		fmt.Printf("probe: deleting pods: %v\n", err)
+		return 1
+	}
+	c, err := e.read(ctx)
+	if err != nil {
+		fmt.Printf("probe: %v\n", err)
+		return 1
+	}
+	cards, gib := 0, int64(1<<20)
+	for _, n := range c.Nodes {
+		for _, card := range n.Cards {
+			if card.Healthy {
+				cards++
+				gib = min(gib, card.MemoryGiB)
+			}
+		}
+	}
+	_, _ = e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probeNS}}, metav1.CreateOptions{})
+	for i := range cards {
+		p := builders.GPUPod(fmt.Sprintf("whole-%02d", i)).Namespace(probeNS).General("c", gib, protocol.CoresPerCard).Obj()
+		p.UID = ""
+		if _, err := e.cs.CoreV1().Pods(probeNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			fmt.Printf("probe: %v\n", err)
+			return 1
+		}
+	}
+	got := 0
+	for deadline := time.Now().Add(45 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		if got = countBound(ctx, e, probeNS); got == cards {
+			break
+		}
+	}
+	fmt.Printf("probe: %d of %d whole-card pods (%d GiB) bound on emptied cards\n", got, cards, gib)
+	if got < cards {
+		fmt.Printf("  VIOLATION LeakedSlice scheduler: %d cards stay taken with every chaos pod deleted\n", cards-got)
+		return cards - got
+	}
+	return 0
+}
+
+func countBound(ctx context.Context, e *env, namespace string) int {
+	pods, err := e.cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// checkStores stops the nodes (and so their agents, which hold the bbolt
+// lock) and compares every grant on record with the pods.
+func (e *env) checkStores(ctx context.Context) int {
+	time.Sleep(3 * time.Second) // > 2 reconcile intervals: records of deleted pods dropped
+	var wg sync.WaitGroup
+	for _, n := range e.c.Nodes {
+		wg.Go(func() { _ = n.Stop() })
+	}
+	wg.Wait()
+	c, err := e.read(ctx)
+	if err != nil {
+		fmt.Printf("stores: %v\n", err)
+		return 1
+	}
+	var held []view.Held
+	for _, n := range e.c.Nodes {
+		s, err := store.Open(filepath.Join(n.RootDir, "meta.db"))
+		if err != nil {
+			fmt.Printf("stores: node %s: %v\n", n.Name, err)
+			return 1
+		}
+		grants, err := s.List()
+		_ = s.Close()
+		if err != nil {
+			fmt.Printf("stores: node %s: %v\n", n.Name, err)
+			return 1
+		}
+		for _, g := range grants {
+			held = append(held, view.Held{Node: n.Name, PodUID: types.UID(g.PodUID), Namespace: g.Namespace, Name: g.Name, Container: g.Container, Resource: g.Resource})
+		}
+	}
+	return report(fmt.Sprintf("agent stores (%d grants)", len(held)), c.CheckHeld(held))
+}

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"os"
+	"sync"
+	"time"
+
+	admv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+const schedulerUser = "system:serviceaccount:qgpu-system:qgpu-scheduler"
+
+// failPolicy rejects the scheduler's requests on resource for pods whose
+// name ends in one of two digits, while its binding exists.
+func failPolicy(name, resource string, op admv1.OperationType, digits string) *admv1.ValidatingAdmissionPolicy {
+	fail := admv1.Fail
+	return &admv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admv1.MatchResources{ResourceRules: []admv1.NamedRuleWithOperations{{
+				RuleWithOperations: admv1.RuleWithOperations{Operations: []admv1.OperationType{op},
+					Rule: admv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource}}},
+			}}},
+			MatchConditions: []admv1.MatchCondition{{Name: "scheduler", Expression: fmt.Sprintf("request.userInfo.username == %q", schedulerUser)}},
+			Validations: []admv1.Validation{{
+				Expression: fmt.Sprintf("!(object.metadata.name.endsWith('%c') || object.metadata.name.endsWith('%c'))", digits[0], digits[1]),
+				Message:    "chaos: " + name,
+			}},
+		},
+	}
+}
+
+// runBindFailures makes PreBind's update (names ending 3, 7) and the
+// binding (5, 8) fail while toggled policies are bound, and patches labels
+// onto fresh pods to make PreBind's read-modify-write meet conflicts.
+func runBindFailures(ctx context.Context, e *env) error {
+	adm := e.cs.AdmissionregistrationV1()
+	for _, p := range []*admv1.ValidatingAdmissionPolicy{
+		failPolicy("chaos-fail-prebind", "pods", admv1.Update, "37"),
+		failPolicy("chaos-fail-bind", "pods/binding", admv1.Create, "58"),
+	} {
+		if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	toggles, patches := 0, 0
+	wg.Go(func() { toggles = e.toggleBindings(fctx, "chaos-fail-prebind", "chaos-fail-bind") })
+	wg.Go(func() { patches = e.touchPods(fctx) })
+	_, err := e.churn(ctx, e.o.pods/4, 60, nil)
+	cancel()
+	wg.Wait()
+	for _, name := range []string{"chaos-fail-prebind", "chaos-fail-bind"} {
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+	}
+	e.logf("fault bindings toggled %d times, %d label patches racing PreBind; faults off", toggles, patches)
+	time.Sleep(3 * time.Second) // pods whose binds failed are retried after backoff
+	return err
+}
+
+// toggleBindings binds and unbinds each policy at random, every 0.3-1 s.
+func (e *env) toggleBindings(ctx context.Context, names ...string) int {
+	adm := e.cs.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings()
+	on := map[string]bool{}
+	n := 0
+	for ctx.Err() == nil && n < 1000 {
+		name := names[rand.Intn(len(names))]
+		var err error
+		if on[name] {
+			err = adm.Delete(ctx, name, metav1.DeleteOptions{})
+		} else {
+			_, err = adm.Create(ctx, &admv1.ValidatingAdmissionPolicyBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec:       admv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: []admv1.ValidationAction{admv1.Deny}},
+			}, metav1.CreateOptions{})
+		}
+		if err == nil {
+			on[name] = !on[name]
+			n++
+		}
+		time.Sleep(time.Duration(300+rand.Intn(700)) * time.Millisecond)
+	}
+	return n
+}
+
+// touchPods patches a label onto the newest pending pods every 20 ms.
+func (e *env) touchPods(ctx context.Context) int {
+	n := 0
+	for ctx.Err() == nil && n < 20000 {
+		name := fmt.Sprintf("p-%05d", max(0, e.createdCount()-1-rand.Intn(3)))
+		patch := fmt.Appendf(nil, `{"metadata":{"labels":{"chaos-touch":"%d"}}}`, n)
+		if _, err := e.cs.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+			n++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n
+}
+
+// runAgentKubelet kills agents while pods are admitted (Allocate calls and
+// store writes in flight), restarts a kubelet's device manager, and marks
+// a card with pods unhealthy, then healthy again.
+func runAgentKubelet(ctx context.Context, e *env) error {
+	sick, err := e.cardUUID(ctx, "a100-0", 0)
+	if err != nil {
+		return err
+	}
+	n := e.o.pods / 4
+	_, err = e.churn(ctx, n, 60, func(i int) {
+		node := e.c.Nodes[e.rng.Intn(len(e.c.Nodes))]
+		switch i {
+		case n / 8, 3 * n / 8, 5 * n / 8:
+			e.logf("agent of %s SIGKILLed and restarted after pod %d", node.Name, i)
+			_ = node.RestartAgent()
+		case n / 4:
+			e.logf("kubelet device manager of %s restarted after pod %d", node.Name, i)
+			_ = node.RestartDeviceManager()
+		case n / 2:
+			e.logf("card a100-0/0 (%s) unhealthy after pod %d", sick, i)
+			_ = os.WriteFile(e.health, []byte(sick+"\n"), 0o644)
+		case 7 * n / 8:
+			e.logf("card a100-0/0 healthy again after pod %d", i)
+			_ = os.WriteFile(e.health, nil, 0o644)
+		}
+	})
+	_ = os.WriteFile(e.health, nil, 0o644)
+	if werr := e.waitHealthy(ctx, "a100-0", 0); err == nil {
+		err = werr
+	}
+	return err
+}
+
+func (e *env) inventory(ctx context.Context, node string) (*corev1.Node, *protocol.Inventory, error) {
+	n, err := e.cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	inv, err := protocol.DecodeInventory([]byte(n.Annotations[protocol.AnnotationInventory]))
+	return n, inv, err
+}
+
+func (e *env) cardUUID(ctx context.Context, node string, index int) (string, error) {
+	_, inv, err := e.inventory(ctx, node)
+	if err != nil {
+		return "", err
+	}
+	for _, c := range inv.Cards {
+		if c.Index == index {
+			return c.UUID, nil
+		}
+	}
+	return "", fmt.Errorf("node %s has no card %d", node, index)
+}
+
+func (e *env) waitHealthy(ctx context.Context, node string, index int) error {
+	for start := time.Now(); time.Since(start) < 15*time.Second; time.Sleep(200 * time.Millisecond) {
+		if _, inv, err := e.inventory(ctx, node); err == nil {
+			for _, c := range inv.Cards {
+				if c.Index == index && c.Healthy {
+					return nil
+				}
+			}
+		}
+	}
+	return fmt.Errorf("card %s/%d not healthy again within 15 s", node, index)
+}
+
+func mergePatch(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}

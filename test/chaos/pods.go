@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/qgpu-scheduler/qgpu/test/builders"
+)
+
+// randomPod is a qGPU pod of a random class and shape: general shares,
+// whole cards, two containers, online and offline (mixed node only).
+func (e *env) randomPod(i int) *corev1.Pod {
+	b := builders.GPUPod(fmt.Sprintf("p-%05d", i)).Namespace(ns)
+	r := e.rng
+	switch k := r.Intn(10); {
+	case k < 4:
+		b.General("c", 1+r.Int63n(3), 5+r.Int63n(30))
+	case k == 4:
+		b.General("c", 8, 100)
+	case k == 5:
+		b.General("a", 1+r.Int63n(2), 10).General("b", 1, 5+r.Int63n(20))
+	case k < 8:
+		b.Online("c", 1+r.Int63n(4))
+	default:
+		b.Offline("c", 1+r.Int63n(4), 10+r.Int63n(50))
+	}
+	p := b.Obj()
+	p.UID = ""
+	return p
+}
+
+// churn creates up to n random pods, one after another, deleting the
+// oldest whenever more than maxLive exist, for at most the run's time
+// bound; fault(i) runs after pod i was created. It returns how many pods
+// it created.
+func (e *env) churn(ctx context.Context, n, maxLive int, fault func(i int)) (int, error) {
+	deadline := time.Now().Add(e.o.runTime)
+	var live []string
+	i := 0
+	for ; i < n && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		p := e.randomPod(e.createdCount())
+		if err := e.create(ctx, p); err != nil {
+			return i, err
+		}
+		live = append(live, p.Name)
+		for len(live) > maxLive {
+			if err := e.delete(ctx, live[0]); err != nil {
+				return i, err
+			}
+			live = live[1:]
+		}
+		if fault != nil {
+			fault(i)
+		}
+	}
+	if i < n {
+		e.logf("churn stopped at its time bound after %d of %d pods", i, n)
+	}
+	return i, nil
+}
+
+func (e *env) create(ctx context.Context, p *corev1.Pod) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := e.cs.CoreV1().Pods(ns).Create(cctx, p, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating pod %s: %w", p.Name, err)
+	}
+	e.mu.Lock()
+	e.created++
+	e.mu.Unlock()
+	return nil
+}
+
+// delete removes a pod at once (grace 0), as a force delete does.
+func (e *env) delete(ctx context.Context, name string) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	zero := int64(0)
+	err := e.cs.CoreV1().Pods(ns).Delete(cctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting pod %s: %w", name, err)
+	}
+	e.mu.Lock()
+	e.deleted++
+	e.mu.Unlock()
+	return nil
+}
+
+// waitBoundCount waits until at least n pods of the namespace are bound
+// (bounded by timeout) and returns how many are.
+func (e *env) waitBoundCount(ctx context.Context, n int, timeout time.Duration) int {
+	deadline := time.Now().Add(timeout)
+	for {
+		pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		got := 0
+		if err == nil {
+			for _, p := range pods.Items {
+				if p.Spec.NodeName != "" {
+					got++
+				}
+			}
+		}
+		if got >= n || time.Now().After(deadline) || ctx.Err() != nil {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
