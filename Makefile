@@ -10,7 +10,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
 TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
 
-.PHONY: all build test unit race fuzz-short fuzz integration lint bench clean playground playground-up playground-down chaos
+.PHONY: all build test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down chaos
 
 all: build
 
@@ -83,6 +83,20 @@ $(BIN)/qgpu-chaos: FORCE
 
 bench:
 	$(GO) test -run=NONE -bench=. -benchmem ./plugins/...
+
+# Scheduling throughput against stock kube-scheduler (test/bench/throughput);
+# SIZE=large: 5000 nodes, 20000 pods. Component logs go to _output/.
+SIZE ?= default
+bench-throughput:
+	@mkdir -p _output
+	$(GO) run ./test/bench/throughput $(if $(filter large,$(SIZE)),--nodes 5000 --pods 20000,--nodes 500 --pods 4000) 2>_output/bench-throughput.log
+
+# The FGD paper's trace replay, every policy, both modes; CSV and plot in _output/replay.
+TRACES ?= ../shared/traces
+REPLAY_FLAGS = --nodes $(TRACES)/openb_node_list_gpu_node.csv --pods $(TRACES)/openb_pod_list_default.csv --policy all --seeds 42-51 --out _output/replay
+replay:
+	$(GO) run ./test/replay $(REPLAY_FLAGS) --mode paper
+	$(GO) run ./test/replay $(REPLAY_FLAGS) --mode qgpu
 
 clean:
 	rm -rf $(BIN) _output

@@ -22,6 +22,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/allocate"
 	"github.com/qgpu-scheduler/qgpu/agent/deviceplugin"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/fakeactivity"
 	"github.com/qgpu-scheduler/qgpu/agent/inventory"
 	"github.com/qgpu-scheduler/qgpu/agent/metrics"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
@@ -52,6 +53,10 @@ type Config struct {
 	PriorityPoll, PriorityIdle time.Duration // 0: the controller's defaults
 	CgroupRoot                 string
 	ProcRoot                   string // "" is /proc
+	// FakeActivityFile, with fake cards only (NVML is an *nvml.Fake),
+	// simulates the granted pods' processes and cgroups under CgroupRoot
+	// and ProcRoot, busy or idle as the file says (agent/fakeactivity).
+	FakeActivityFile string
 	// Started, if set, is called once everything runs, with the metrics address.
 	Started func(metricsAddr net.Addr)
 }
@@ -73,6 +78,13 @@ func (c *Config) Validate() error {
 	}
 	if c.HealthInterval <= 0 || c.ReconcileInterval <= 0 {
 		errs = append(errs, errors.New("health and reconcile intervals must be positive"))
+	}
+	if c.FakeActivityFile != "" {
+		if _, fake := c.NVML.(*nvml.Fake); !fake || c.ProcRoot == "" {
+			errs = append(errs, errors.New("--fake-activity-file needs --fake-cards, and --cgroup-root and --proc-root pointing at scratch directories"))
+		} else if err := fakeactivity.CheckRoots(c.CgroupRoot, c.ProcRoot); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.PriorityPoll < 0 || c.PriorityIdle < 0 {
 		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
@@ -195,7 +207,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	pluginErr := make(chan error, 1)
 	go func() { pluginErr <- a.plugins.Run(ctx, true) }()
 	go a.reconciler(podSource).Run(ctx, a.cfg.ReconcileInterval)
-	defer a.startPriority(ctx, nodeCfg)()
+	defer a.startPriority(ctx, nodeCfg, podSource)()
 	a.refreshMetrics()
 	if a.cfg.Started != nil {
 		a.cfg.Started(metricsAddr)

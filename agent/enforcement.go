@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
@@ -38,44 +40,64 @@ func (a *agent) startMPS(ctx context.Context, d *enforce.MPSDaemons, backend enf
 }
 
 // startPriority runs the online/offline controller (agent/priority) if it is
-// enabled and the cgroup root has a freezer. The returned function stops it
-// and waits until it has thawed every offline pod it froze.
-func (a *agent) startPriority(ctx context.Context, nodeCfg *nodeconfig.Config) (stop func()) {
-	logger := klog.FromContext(ctx)
+// enabled and the cgroup root has a freezer, with the writer of the pods'
+// qgpu.io/suspended annotations. The returned function stops it, waits
+// until it has thawed every offline pod it froze, and writes the last
+// annotations.
+func (a *agent) startPriority(ctx context.Context, nodeCfg *nodeconfig.Config, nodePods cachedPods) (stop func()) {
 	if !a.cfg.PriorityController {
 		return func() {}
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	if err := a.startFakeActivity(ctx); err != nil {
+		klog.FromContext(ctx).Error(err, "Fake activity off")
+	}
+	ctrl, marks, err := a.newPriority(nodeCfg)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Priority controller off: online pods will not preempt offline ones")
+		return cancel
+	}
+	if pods, err := nodePods.Cached(); err == nil {
+		marks.clearStale(pods)
+	}
+	ctrlDone, marksDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(marksDone)
+		marks.run(ctx, ctrlDone)
+	}()
+	go func() {
+		defer close(ctrlDone)
+		if err := ctrl.Run(ctx); err != nil {
+			klog.FromContext(ctx).Error(err, "Priority controller stopped")
+		}
+	}()
+	return func() { cancel(); <-ctrlDone; <-marksDone }
+}
+
+// cachedPods lists the node's pods (pods.Source).
+type cachedPods interface {
+	Cached() ([]*v1.Pod, error)
+}
+
+func (a *agent) newPriority(nodeCfg *nodeconfig.Config) (*priority.Controller, *suspensionWriter, error) {
 	freezer, err := cgroup.Detect(a.cfg.CgroupRoot)
 	if err != nil {
-		logger.Error(err, "Priority controller off: online pods will not preempt offline ones")
-		return func() {}
+		return nil, nil, err
 	}
 	devices, err := priority.DevicesByUUID(a.cfg.NVML)
 	if err != nil {
-		logger.Error(err, "Priority controller off: listing NVML devices")
-		return func() {}
+		return nil, nil, fmt.Errorf("listing NVML devices: %w", err)
 	}
 	procRoot := a.cfg.ProcRoot
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
+	marks := newSuspensionWriter(a.cfg.Client)
 	ctrl, err := priority.New(priority.Config{
 		Poll: a.cfg.PriorityPoll, Idle: a.cfg.PriorityIdle, Grants: a.store.List,
 		Policy:  func() protocol.Policy { _, p, _ := nodeCfg.Current(); return p },
 		Devices: devices, Freezer: freezer, Procs: cgroup.Procs{Root: filepath.Clean(procRoot)},
-		Recorder: a.recorder, Observer: a.metrics.Priority,
+		Recorder: a.recorder, Observer: a.metrics.Priority, Reporter: marks,
 	})
-	if err != nil {
-		logger.Error(err, "Priority controller off")
-		return func() {}
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := ctrl.Run(ctx); err != nil {
-			logger.Error(err, "Priority controller stopped")
-		}
-	}()
-	return func() { cancel(); <-done }
+	return ctrl, marks, err
 }

@@ -19,9 +19,14 @@ type FakeTree struct {
 	Systemd    bool
 }
 
-// NewFakeTree creates the roots under dir.
+// NewFakeTree creates the roots under dir: dir/cgroup and dir/proc.
 func NewFakeTree(dir string, v Version, systemd bool) (*FakeTree, error) {
-	t := &FakeTree{CgroupRoot: filepath.Join(dir, "cgroup"), ProcRoot: filepath.Join(dir, "proc"), Version: v, Systemd: systemd}
+	return NewFakeTreeAt(filepath.Join(dir, "cgroup"), filepath.Join(dir, "proc"), v, systemd)
+}
+
+// NewFakeTreeAt creates (or reopens) a tree with the given roots.
+func NewFakeTreeAt(cgroupRoot, procRoot string, v Version, systemd bool) (*FakeTree, error) {
+	t := &FakeTree{CgroupRoot: cgroupRoot, ProcRoot: procRoot, Version: v, Systemd: systemd}
 	marker := filepath.Join(t.CgroupRoot, "cgroup.controllers")
 	if v == V1 {
 		marker = filepath.Join(t.CgroupRoot, "freezer", "freezer.state")
@@ -58,7 +63,7 @@ func (t *FakeTree) hierarchy() string {
 // AddPod creates the pod's cgroup directory (thawed) and returns it. qos is
 // "" (Guaranteed), "burstable" or "besteffort".
 func (t *FakeTree) AddPod(qos, uid string) (string, error) {
-	dir := filepath.Join(t.hierarchy(), t.relPodDir(qos, uid))
+	dir := t.PodDir(qos, uid)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -67,6 +72,19 @@ func (t *FakeTree) AddPod(qos, uid string) (string, error) {
 		file, value = "freezer.state", "THAWED"
 	}
 	return dir, os.WriteFile(filepath.Join(dir, file), []byte(value+"\n"), 0o644)
+}
+
+// PodDir is where AddPod puts the pod's directory.
+func (t *FakeTree) PodDir(qos, uid string) string {
+	return filepath.Join(t.hierarchy(), t.relPodDir(qos, uid))
+}
+
+// RemovePod removes the pod's directory (the kubelet deleted the pod).
+func (t *FakeTree) RemovePod(qos, uid string) error { return os.RemoveAll(t.PodDir(qos, uid)) }
+
+// RemoveProc removes /proc/<pid> (the process exited).
+func (t *FakeTree) RemoveProc(pid uint32) error {
+	return os.RemoveAll(filepath.Join(t.ProcRoot, strconv.FormatUint(uint64(pid), 10)))
 }
 
 // AddProc writes /proc/<pid>/cgroup for a container process of the pod.

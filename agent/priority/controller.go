@@ -58,6 +58,23 @@ type Config struct {
 	Recorder      record.EventRecorder // nil: no Events
 	EventInterval time.Duration
 	Observer      Observer // nil: no metrics
+	// Reporter learns when an offline pod is suspended for a busy online
+	// pod and when it resumes (nil: nobody); the agent shows it on the pod.
+	Reporter PodReporter
+}
+
+// PodReporter is told, on every change, whether an offline pod is frozen
+// because an online pod on its card is busy (fixed-share time slices are
+// not reported: they change every poll). It is called from the
+// controller's loop and must not block.
+type PodReporter interface {
+	PodSuspended(pod PodRef, suspended bool, at time.Time)
+}
+
+// PodRef names an offline pod.
+type PodRef struct {
+	UID, Namespace, Name string
+	Card                 CardID
 }
 
 func (c *Config) defaults() error {

@@ -173,7 +173,19 @@ func (c *Controller) locate(ctx context.Context, p *offline) bool {
 // apply freezes (want != "") or thaws (want == "") p if it is not so already,
 // and reports the change. start is when the poll that decided it began.
 func (c *Controller) apply(ctx context.Context, cd *card, p *offline, want string, start time.Time) {
-	if p == nil || !c.locate(ctx, p) {
+	if p == nil {
+		return
+	}
+	was := p.frozen == ReasonOnlineBusy
+	c.write(ctx, cd, p, want, start)
+	if is := p.frozen == ReasonOnlineBusy; is != was && c.cfg.Reporter != nil {
+		c.cfg.Reporter.PodSuspended(PodRef{UID: p.uid, Namespace: p.namespace, Name: p.name, Card: p.card}, is, time.Now())
+	}
+}
+
+// write is apply without the report.
+func (c *Controller) write(ctx context.Context, cd *card, p *offline, want string, start time.Time) {
+	if !c.locate(ctx, p) {
 		return
 	}
 	if (p.frozen == "") == (want == "") {

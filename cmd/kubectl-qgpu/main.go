@@ -1,7 +1,7 @@
 // kubectl-qgpu is a kubectl plugin that shows qGPU cards and who holds them:
 //
 //	kubectl qgpu nodes     cards per node: model, memory and cores used/free, pods
-//	kubectl qgpu pods      qGPU pods: class, node, cards, slices, agent grant
+//	kubectl qgpu pods      qGPU pods: class, node, cards, slices, agent grant, suspended
 //	kubectl qgpu check     every violated invariant; exits 1 if there is any
 package main
 
@@ -28,6 +28,7 @@ func newCommand() *cobra.Command {
 	flags := genericclioptions.NewConfigFlags(true)
 	var allNamespaces bool
 	var maxPods int
+	var node string
 	root := &cobra.Command{
 		Use:          "kubectl-qgpu",
 		Short:        "Show qGPU cards, their slices and the pods that hold them",
@@ -35,8 +36,10 @@ func newCommand() *cobra.Command {
 	}
 	flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().IntVar(&maxPods, "max-pods-per-card", 0, "the scheduler's maxPodsPerCard (0: card GiB / 4)")
-	load := func(ctx context.Context) (*view.Cluster, error) {
-		return loadCluster(ctx, flags, maxPods)
+	root.PersistentFlags().StringVar(&node, "node", "", "nodes, pods: show this node only")
+	load := func(ctx context.Context) (*listing, error) {
+		c, s, err := loadCluster(ctx, flags, maxPods)
+		return &listing{Cluster: c, suspended: s, node: node}, err
 	}
 	root.AddCommand(&cobra.Command{
 		Use: "nodes", Short: "Cards per node: model, memory and cores used and free, pods",
@@ -74,6 +77,9 @@ func newCommand() *cobra.Command {
 				return err
 			}
 			v := c.Check()
+			for _, p := range c.Swapped() {
+				fmt.Fprintf(cmd.OutOrStdout(), "note: %s runs on a twin's card (identical requests admitted in the other order; card totals are right)\n", p)
+			}
 			for _, x := range v {
 				fmt.Fprintln(cmd.OutOrStdout(), x)
 			}
@@ -87,25 +93,25 @@ func newCommand() *cobra.Command {
 	return root
 }
 
-func loadCluster(ctx context.Context, flags *genericclioptions.ConfigFlags, maxPods int) (*view.Cluster, error) {
+func loadCluster(ctx context.Context, flags *genericclioptions.ConfigFlags, maxPods int) (*view.Cluster, view.Suspensions, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing nodes: %w", err)
+		return nil, nil, fmt.Errorf("listing nodes: %w", err)
 	}
 	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("listing pods: %w", err)
+		return nil, nil, fmt.Errorf("listing pods: %w", err)
 	}
-	return view.Build(nodes.Items, pods.Items, maxPods), nil
+	return view.Build(nodes.Items, pods.Items, maxPods), view.SuspendedPods(pods.Items), nil
 }

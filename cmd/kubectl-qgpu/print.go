@@ -5,18 +5,31 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/qgpu-scheduler/qgpu/internal/view"
 )
 
-func printNodes(w io.Writer, c *view.Cluster) error {
+// listing is what the commands print: the cluster, the pods the agents
+// show suspended, and the --node filter.
+type listing struct {
+	*view.Cluster
+	suspended view.Suspensions
+	node      string
+}
+
+func printNodes(w io.Writer, c *listing) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tCARD\tMODEL\tHEALTH\tMEMORY(GiB)\tCORES\tGREEDY\tPODS\tHOLDERS")
 	for _, n := range c.Nodes {
+		if c.node != "" && n.Name != c.node {
+			continue
+		}
 		if n.Invalid != "" {
 			fmt.Fprintf(tw, "%s\t-\t-\tno cards: %s\t\t\t\t\t\n", n.Name, n.Invalid)
 			continue
 		}
+		suspended := c.suspended.OnCards(c.Cluster, n.Name)
 		for _, card := range n.Cards {
 			health := "ok"
 			if !card.Healthy {
@@ -28,15 +41,20 @@ func printNodes(w io.Writer, c *view.Cluster) error {
 			}
 			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d/%d\t%d/100\t%d/100\t%d/%d%s\t%s\n",
 				n.Name, card.Index, card.Model, health, card.UsedMemoryGiB, card.MemoryGiB,
-				card.UsedCores, card.UsedGreedy, card.Pods(), card.MaxPods, classes(n.Mixed, card.General, card.Online, card.Offline), holders)
+				card.UsedCores, card.UsedGreedy, card.Pods(), card.MaxPods,
+				classes(n.Mixed, card.General, card.Online, card.Offline, suspended[card.Index]), holders)
 		}
 	}
 	return tw.Flush()
 }
 
-// classes shows which classes hold the card, e.g. " (on:1 off:2)".
-func classes(mixed bool, general, online, offline int) string {
+// classes shows which classes hold the card, e.g. " (on:1 off:2)", and how
+// many of its offline pods are suspended for a busy online pod, e.g.
+// " (on:1 off:2 suspended:2)".
+func classes(mixed bool, general, online, offline, suspended int) string {
 	switch {
+	case suspended > 0:
+		return fmt.Sprintf(" (on:%d off:%d suspended:%d)", online, offline, suspended)
 	case online+offline > 0:
 		return fmt.Sprintf(" (on:%d off:%d)", online, offline)
 	case general > 0 || !mixed:
@@ -45,11 +63,12 @@ func classes(mixed bool, general, online, offline int) string {
 	return " (mixed)"
 }
 
-func printPods(w io.Writer, c *view.Cluster, namespace string) error {
+func printPods(w io.Writer, c *listing, namespace string) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAMESPACE\tPOD\tCLASS\tNODE\tSLICES\tGRANTED\tPHASE\tPROBLEM")
+	fmt.Fprintln(tw, "NAMESPACE\tPOD\tCLASS\tNODE\tSLICES\tGRANTED\tPHASE\tSUSPENDED\tPROBLEM")
+	now := time.Now()
 	for _, p := range c.Pods {
-		if namespace != "" && p.Namespace != namespace {
+		if (namespace != "" && p.Namespace != namespace) || (c.node != "" && p.Node != c.node) {
 			continue
 		}
 		node, slices, granted := "-", "-", "-"
@@ -66,7 +85,24 @@ func printPods(w io.Writer, c *view.Cluster, namespace string) error {
 		if problem == "" {
 			problem = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Class, node, slices, granted, p.Phase, problem)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Namespace, p.Name, p.Class, node, slices, granted, p.Phase,
+			suspendedFor(c.suspended, p, now), problem)
 	}
 	return tw.Flush()
+}
+
+// suspendedFor is "-", or "yes" with how long ago the agent froze the pod.
+func suspendedFor(s view.Suspensions, p view.Pod, now time.Time) string {
+	sus, ok := s[p.UID]
+	switch {
+	case !ok:
+		return "-"
+	case sus.Since.IsZero():
+		return "yes"
+	}
+	d := now.Sub(sus.Since)
+	if d < 0 {
+		d = 0 // clock skew between the node and here
+	}
+	return fmt.Sprintf("yes (%s)", d.Round(100*time.Millisecond))
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -25,9 +26,10 @@ import (
 
 type flags struct {
 	agent.Config
-	kubeconfig     string
-	fakeCards      string
-	fakeHealthFile string
+	kubeconfig      string
+	fakeCards       string
+	fakeHealthFile  string
+	metricsAddrFile string
 }
 
 func parseFlags(args []string) (*flags, error) {
@@ -37,6 +39,7 @@ func parseFlags(args []string) (*flags, error) {
 	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else in-cluster)")
 	fs.StringVar(&f.fakeCards, "fake-cards", "", `simulate cards instead of NVML, e.g. "4xT4", "2xA100-80G,1xT4", "2x20480MiB:MyModel"`)
 	fs.StringVar(&f.fakeHealthFile, "fake-health-file", "", "with --fake-cards: a file listing unhealthy cards, one index or UUID per line")
+	fs.StringVar(&f.FakeActivityFile, "fake-activity-file", "", "with --fake-cards: simulate a process and a cgroup for every granted pod under --cgroup-root and --proc-root (scratch directories), busy or idle as this file says, one \"<namespace>/<pod> busy|idle\" a line (agent/fakeactivity)")
 	fs.StringVar(&f.DBFile, "dbfile", "/var/lib/qgpu/meta.db", "the agent's grant store")
 	fs.StringVar(&f.DevicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
 	fs.StringVar(&f.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", `the kubelet's PodResources socket ("" to skip)`)
@@ -48,7 +51,9 @@ func parseFlags(args []string) (*flags, error) {
 	fs.DurationVar(&f.PriorityPoll, "priority-poll", priority.DefaultPoll, "how often the priority controller reads the online pods' GPU activity")
 	fs.DurationVar(&f.PriorityIdle, "priority-idle", priority.DefaultIdle, "how long the online pods of a card must be idle before its offline pods resume")
 	fs.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup mount (the priority controller freezes pods under it)")
+	fs.StringVar(&f.ProcRoot, "proc-root", "/proc", "the host's proc file system (the priority controller maps GPU processes to pods through it)")
 	fs.StringVar(&f.MetricsAddr, "metrics-addr", ":9400", `Prometheus metrics address ("" to disable)`)
+	fs.StringVar(&f.metricsAddrFile, "metrics-addr-file", "", "write the metrics address the agent bound (host:port) to this file once it runs")
 	fs.DurationVar(&f.HealthInterval, "health-interval", 5*time.Second, "how often card health is queried")
 	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 30*time.Second, "how often grants are reconciled")
 	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
@@ -73,8 +78,8 @@ func parseFlags(args []string) (*flags, error) {
 // nvmlFor returns the simulated NVML of --fake-cards, or the real library.
 func (f *flags) nvmlFor() (gonvml.Interface, error) {
 	if f.fakeCards == "" {
-		if f.fakeHealthFile != "" {
-			return nil, fmt.Errorf("--fake-health-file needs --fake-cards")
+		if f.fakeHealthFile != "" || f.FakeActivityFile != "" {
+			return nil, fmt.Errorf("--fake-health-file and --fake-activity-file need --fake-cards")
 		}
 		return gonvml.New(), nil
 	}
@@ -114,7 +119,26 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background().WithName("qgpu-agent"))
+	if f.metricsAddrFile != "" {
+		f.Started = func(addr net.Addr) { writeAddr(ctx, f.metricsAddrFile, addr) }
+	}
 	return agent.Run(ctx, f.Config)
+}
+
+// writeAddr writes the bound metrics address for tools (the playground)
+// that started the agent on port 0.
+func writeAddr(ctx context.Context, path string, addr net.Addr) {
+	if addr == nil {
+		return
+	}
+	tmp := path + ".tmp"
+	err := os.WriteFile(tmp, []byte(addr.String()+"\n"), 0o644)
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Writing the metrics address", "file", path)
+	}
 }
 
 func main() {

@@ -13,9 +13,10 @@ import (
 type QGPUArgs struct {
 	metav1.TypeMeta
 
-	// NodePolicy orders nodes for general pods: binpack or spread.
+	// NodePolicy orders nodes for general pods: binpack, spread, bestfit,
+	// fgd or fragpack (plugins/qgpu/placement/policy.go).
 	NodePolicy string
-	// CardPolicy orders the cards of a node for general pods: binpack or spread.
+	// CardPolicy orders the cards of a node for general pods, same names.
 	CardPolicy string
 	// MaxPodsPerCard caps the pods on one card; 0 means the seed's rule,
 	// card memory in GiB / 4 (32 GiB → 8).

@@ -4,8 +4,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Policies a profile may name.
-var policies = []string{"binpack", "spread"}
+// Policies a profile may name: placement.Policies (a test in plugins/qgpu
+// keeps the two lists equal; this package imports no plugin code).
+var policies = []string{"binpack", "spread", "bestfit", "fgd", "fragpack"}
 
 // Validate checks the args; path is where they sit in the profile.
 func Validate(path *field.Path, a *QGPUArgs) field.ErrorList {

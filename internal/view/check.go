@@ -3,8 +3,7 @@ package view
 import (
 	"fmt"
 	"reflect"
-
-	v1 "k8s.io/api/core/v1"
+	"strings"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -18,8 +17,11 @@ type Violation struct {
 func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.Object, v.Detail) }
 
 // Check reports every card over its capacity (memory, cores per class, pods,
-// classes mixed), every bound qGPU pod without the scheduler's assignment,
-// and every agent grant that disagrees with the assignment.
+// classes mixed) by the assignments or by what the agents granted, every
+// bound qGPU pod without the scheduler's assignment, and every agent grant
+// that disagrees with the assignment so that some card's totals differ. A
+// balanced swap between pods with identical requests is no violation: it is
+// listed by Swapped.
 func (c *Cluster) Check() []Violation {
 	var out []Violation
 	for _, n := range c.Nodes {
@@ -32,13 +34,14 @@ func (c *Cluster) Check() []Violation {
 	for _, p := range c.Unassigned {
 		out = append(out, Violation{"Unassigned", p.Key(), "bound qGPU pod without a scheduler assignment: " + p.Problem})
 	}
-	for _, p := range c.Pods {
-		terminal := p.Phase == v1.PodSucceeded || p.Phase == v1.PodFailed
-		if p.Grant != nil && p.Assignment != nil && !terminal && !sameSlices(p.Assignment, p.Grant) {
-			out = append(out, Violation{"GrantMismatch", p.Key(), "the agent granted other slices than the scheduler assigned"})
+	for _, p := range c.mismatched() {
+		if c.balanced(p.Node) {
+			continue // a swap of twins: every card's totals are right (Swapped)
 		}
+		out = append(out, Violation{"GrantMismatch", p.Key(), fmt.Sprintf("the agent granted other slices than the scheduler assigned on %s: assigned %s, granted %s",
+			p.Node, describe(p.Assignment), describe(p.Grant))})
 	}
-	return out
+	return append(out, c.checkGranted()...)
 }
 
 func cardProblem(c ledger.Card) string {
@@ -59,4 +62,19 @@ func cardProblem(c ledger.Card) string {
 
 func sameSlices(a, b *protocol.Assignment) bool {
 	return a.Class == b.Class && reflect.DeepEqual(a.Containers, b.Containers)
+}
+
+// describe is an assignment in one line: per container, card index, GiB, cores.
+func describe(a *protocol.Assignment) string {
+	var b strings.Builder
+	for i, c := range a.Containers {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s:", c.Name)
+		for _, s := range c.Slices {
+			fmt.Fprintf(&b, " card%d %dGiB %dc", s.Index, s.MemoryGiB, s.Cores)
+		}
+	}
+	return b.String()
 }

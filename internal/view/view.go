@@ -24,6 +24,9 @@ type Cluster struct {
 	// Unassigned are bound qGPU pods without an assignment the scheduler made.
 	Unassigned []Pod
 	ledger     *ledger.Ledger
+	// granted counts what the agents really handed out: each pod's grant
+	// where it has a valid one, else its assignment (granted.go).
+	granted *ledger.Ledger
 }
 
 // Node is one qGPU node with its cards' usage.
@@ -54,9 +57,10 @@ func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
 
 // Build reads nodes and pods; maxPodsPerCard ≤ 0 is the seed's Mc/4.
 func Build(nodes []v1.Node, pods []v1.Pod, maxPodsPerCard int) *Cluster {
-	c := &Cluster{ledger: ledger.New(maxPodsPerCard)}
+	c := &Cluster{ledger: ledger.New(maxPodsPerCard), granted: ledger.New(maxPodsPerCard)}
 	for i := range nodes {
 		setNode(c.ledger, &nodes[i])
+		setNode(c.granted, &nodes[i])
 	}
 	for i := range pods {
 		c.addPod(&pods[i])
@@ -102,11 +106,8 @@ func (c *Cluster) addPod(pod *v1.Pod) {
 		if p.Assignment == nil {
 			c.Unassigned = append(c.Unassigned, p)
 		} else {
-			h := ledger.Holding{Node: p.Node, Class: p.Assignment.Class}
-			for _, ca := range p.Assignment.Containers {
-				h.Slices = append(h.Slices, ca.Slices...)
-			}
-			c.ledger.Observe(pod.UID, h)
+			c.ledger.Observe(pod.UID, holdingOf(p.Node, p.Assignment, nil))
+			c.granted.Observe(pod.UID, holdingOf(p.Node, p.Grant, p.Assignment))
 		}
 	}
 	c.Pods = append(c.Pods, p)

@@ -6,6 +6,7 @@ package qgpu
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -29,6 +30,9 @@ type QGPU struct {
 	synced     []cache.InformerSynced
 	// workload is learned from the pods placed, for fgd and fragpack.
 	workload *workloadLearner
+	// bindOnce and binds cache bindsItself.
+	bindOnce sync.Once
+	binds    bool
 	// live is set when the handle has informers and a snapshot (not in unit tests).
 	live bool
 }
@@ -39,6 +43,7 @@ var (
 	_ framework.ScorePlugin       = &QGPU{}
 	_ framework.ReservePlugin     = &QGPU{}
 	_ framework.PreBindPlugin     = &QGPU{}
+	_ framework.BindPlugin        = &QGPU{}
 	_ framework.EnqueueExtensions = &QGPU{}
 )
 

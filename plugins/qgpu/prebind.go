@@ -13,28 +13,26 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// PreBindPreFlight skips PreBind for pods without qGPU requests.
+// PreBindPreFlight skips PreBind for pods without qGPU requests, and when
+// this plugin's Bind writes the assignment with the binding.
 func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) *fwk.Status {
-	if _, err := readState(cs); err != nil {
+	if _, err := readState(cs); err != nil || p.bindsItself() {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
 }
 
 // PreBind writes the assignment annotation; any assignment a user wrote into
-// the pod is replaced.
+// the pod is replaced. Profiles that enable QGPU at the bind point skip it
+// (see Bind): this path serves profiles that bind with DefaultBinder only.
 func (p *QGPU) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
 		return nil // not a qGPU pod
 	}
-	a := protocol.Assignment{
-		Version: protocol.AssignmentVersion, PodUID: string(pod.UID), Node: nodeName,
-		Class: s.req.Class, Containers: s.assignment,
-	}
-	value, err := a.Encode()
+	value, err := encodeAssignment(s, pod, nodeName)
 	if err != nil {
-		return fwk.AsStatus(fmt.Errorf("encoding assignment: %w", err))
+		return fwk.AsStatus(err)
 	}
 	pods := p.handle.ClientSet().CoreV1().Pods(pod.Namespace)
 	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {

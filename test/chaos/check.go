@@ -73,6 +73,9 @@ func (e *env) checkCluster(ctx context.Context, when string) int {
 		fmt.Printf("check %s: reading the cluster: %v\n", when, err)
 		return 1
 	}
+	if s := c.Swapped(); len(s) > 0 {
+		fmt.Printf("check %s: %d pods run on a twin's card (identical requests admitted in the other order, card totals right): %v\n", when, len(s), s)
+	}
 	return report("check "+when, c.Check())
 }
 

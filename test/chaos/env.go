@@ -43,6 +43,11 @@ type env struct {
 // startEnv brings up DefaultNodes with RBAC, a profile with short leases,
 // fast agent reconcile and health polling, and the annotation policy.
 func startEnv(ctx context.Context, o options, seed int64, name string) (*env, error) {
+	if o.keep != "" {
+		if err := os.MkdirAll(o.keep, 0o755); err != nil {
+			return nil, err
+		}
+	}
 	dir, err := os.MkdirTemp(o.keep, "qgpu-chaos-"+name+"-")
 	if err != nil {
 		return nil, err

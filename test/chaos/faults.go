@@ -58,7 +58,7 @@ func runBindFailures(ctx context.Context, e *env) error {
 	toggles, patches := 0, 0
 	wg.Go(func() { toggles = e.toggleBindings(fctx, "chaos-fail-prebind", "chaos-fail-bind") })
 	wg.Go(func() { patches = e.touchPods(fctx) })
-	_, err := e.churn(ctx, e.o.pods/4, 60, nil)
+	_, err := e.churn(ctx, e.o.pods/4, 60, e.o.runTime/2, nil)
 	cancel()
 	wg.Wait()
 	for _, name := range []string{"chaos-fail-prebind", "chaos-fail-bind"} {
@@ -117,7 +117,7 @@ func runAgentKubelet(ctx context.Context, e *env) error {
 		return err
 	}
 	n := e.o.pods / 4
-	_, err = e.churn(ctx, n, 60, func(i int) {
+	_, err = e.churn(ctx, n, 60, e.o.runTime/2, func(i int) {
 		node := e.c.Nodes[e.rng.Intn(len(e.c.Nodes))]
 		switch i {
 		case n / 8, 3 * n / 8, 5 * n / 8:

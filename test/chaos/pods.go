@@ -35,14 +35,18 @@ func (e *env) randomPod(i int) *corev1.Pod {
 }
 
 // churn creates up to n random pods, one after another, deleting the
-// oldest whenever more than maxLive exist, for at most the run's time
-// bound; fault(i) runs after pod i was created. It returns how many pods
-// it created.
-func (e *env) churn(ctx context.Context, n, maxLive int, fault func(i int)) (int, error) {
-	deadline := time.Now().Add(e.o.runTime)
+// oldest whenever more than maxLive exist, for at most budget; fault(i)
+// runs after pod i was created. It returns how many pods it created.
+func (e *env) churn(ctx context.Context, n, maxLive int, budget time.Duration, fault func(i int)) (int, error) {
+	start := time.Now()
+	deadline := start.Add(budget)
+	// Paced to end at 80% of the bound: a pod created and deleted before
+	// any scheduler saw it tests nothing.
+	pace := budget * 8 / 10 / time.Duration(max(n, 1))
 	var live []string
 	i := 0
 	for ; i < n && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
+		time.Sleep(time.Until(start.Add(time.Duration(i) * pace)))
 		p := e.randomPod(e.createdCount())
 		if err := e.create(ctx, p); err != nil {
 			return i, err

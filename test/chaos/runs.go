@@ -14,12 +14,14 @@ import (
 // its ledger from the assignments and must not place on top of them.
 func runSchedulerKill(ctx context.Context, e *env) error {
 	n := e.o.pods
+	// Three kills, one in each fifth from the second on, at a random pod:
+	// the restarted scheduler needs the old lease (4 s) to expire first.
 	kills := map[int]bool{}
-	for len(kills) < 3 {
-		kills[n/10+e.rng.Intn(n*8/10)] = true
+	for k := 1; k <= 3; k++ {
+		kills[k*n/5+e.rng.Intn(n/5)] = true
 	}
 	var ferr error
-	created, err := e.churn(ctx, n, 80, func(i int) {
+	created, err := e.churn(ctx, n, 80, e.o.runTime, func(i int) {
 		if !kills[i] || ferr != nil {
 			return
 		}
@@ -47,7 +49,7 @@ func runLeaderElection(ctx context.Context, e *env) error {
 	e.logf("leader %s, standby started", before)
 	n := e.o.pods / 4
 	var ferr error
-	_, err = e.churn(ctx, n, 60, func(i int) {
+	_, err = e.churn(ctx, n, 60, e.o.runTime/2, func(i int) {
 		if i != n/2 {
 			return
 		}

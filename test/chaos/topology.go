@@ -19,7 +19,7 @@ func runTopology(ctx context.Context, e *env) error {
 	n := e.o.pods / 4
 	var ferr error
 	readd := make(chan error, 1)
-	_, err := e.churn(ctx, n, 60, func(i int) {
+	_, err := e.churn(ctx, n, 60, e.o.runTime/2, func(i int) {
 		if i%7 == 3 {
 			_ = e.delete(ctx, fmt.Sprintf("p-%05d", e.createdCount()-1)) // while being scheduled
 		}

@@ -217,7 +217,7 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 			"--kubeconfig=" + agentKubeconfig,
 			// The hollow kubelet's PodResources API, for the reconciler.
 			"--pod-resources-socket=" + filepath.Join(root, "kubelet", "pod-resources", "kubelet.sock"),
-		}, opts.AgentArgs...)
+		}, append(spec.simArgs(root), opts.AgentArgs...)...)
 		// The node must outlive ctx, which bounds the start only.
 		n, err := StartHollowNode(context.WithoutCancel(ctx), HollowNodeOptions{
 			Name: spec.Name, Kubeconfig: kubeconfig, RootDir: root, Labels: spec.labels(),

@@ -31,6 +31,8 @@ type options struct {
 	keep     bool
 	timeout  time.Duration
 	verbose  bool
+	// colocation runs only the online/offline demo against a running playground.
+	colocation bool
 }
 
 func main() {
@@ -42,11 +44,16 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "stay up until SIGTERM or SIGINT, with the admin kubeconfig at <dir>/kubeconfig")
 	flag.DurationVar(&o.timeout, "timeout", time.Minute, "how long the examples may take to land")
 	flag.BoolVar(&o.verbose, "verbose", false, "show the control plane's progress messages")
+	flag.BoolVar(&o.colocation, "colocation", false, "only show online/offline at run time on the playground running in --dir (make playground-colocation)")
 	flag.Parse()
 	// The harness links a test package whose init catches SIGINT: handle it here.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil {
+	runner := run
+	if o.colocation {
+		runner = runColocation
+	}
+	if err := runner(ctx, o, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stdout, "\nFAILED:", err)
 		os.Exit(1)
 	}
@@ -97,6 +104,12 @@ func run(ctx context.Context, o options, w io.Writer) (err error) {
 		fmt.Fprintf(w, "\nWARNING: %v\n", err)
 	} else {
 		fmt.Fprintf(w, "\nAll examples landed as expected in %v.\n", time.Since(started).Round(100*time.Millisecond))
+		demo := &colocation{client: c.Client, kubeconfig: c.Kubeconfig, nodesDir: filepath.Join(c.Dir, "nodes"), w: w}
+		t := time.Now()
+		if err := demo.run(ctx); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "(online/offline shown in %v)\n", time.Since(t).Round(100*time.Millisecond))
 	}
 	if !o.keep {
 		return nil

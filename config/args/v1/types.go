@@ -13,9 +13,10 @@ import (
 type QGPUArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// NodePolicy orders nodes for general pods: binpack (default) or spread.
+	// NodePolicy orders nodes for general pods: binpack (default), spread,
+	// bestfit, fgd or fragpack.
 	NodePolicy *string `json:"nodePolicy,omitempty"`
-	// CardPolicy orders a node's cards for general pods: binpack (default) or spread.
+	// CardPolicy orders a node's cards for general pods, same names.
 	CardPolicy *string `json:"cardPolicy,omitempty"`
 	// MaxPodsPerCard caps the pods on one card; 0 (default) is card GiB / 4.
 	MaxPodsPerCard *int32 `json:"maxPodsPerCard,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -75,6 +76,11 @@ func Parse(pod *v1.Pod) (*Request, error) {
 	}
 	if req.NoUseTypes, err = modelList(pod, protocol.AnnotationNoUseGPUType); err != nil {
 		return nil, err
+	}
+	for _, m := range req.UseTypes {
+		if slices.Contains(req.NoUseTypes, m) {
+			return nil, invalidf("annotations %s and %s both name model %q", protocol.AnnotationUseGPUType, protocol.AnnotationNoUseGPUType, m)
+		}
 	}
 	for i := range pod.Spec.Containers {
 		c, ok, err := parseContainer(class, &pod.Spec.Containers[i])

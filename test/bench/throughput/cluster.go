@@ -132,6 +132,32 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 	return result{bound: int(bound.Load()), elapsed: end.Sub(start)}, nil
 }
 
+// deletePhase deletes the phase's pods at once and waits until they are
+// gone, so that the next phase starts from the same empty cluster.
+func deletePhase(ctx context.Context, client kubernetes.Interface, ph phase) error {
+	pods := client.CoreV1().Pods("default")
+	sel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{phaseLabel: ph.name}).String()}
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, sel); err != nil {
+		return err
+	}
+	for {
+		list, err := pods.List(ctx, sel)
+		if err != nil {
+			return err
+		}
+		if len(list.Items) == 0 {
+			// Let the scheduler's informers catch up with the deletes.
+			time.Sleep(2 * time.Second)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 func benchPod(name, phaseName, scheduler string) *builders.PodBuilder {
 	b := builders.GPUPod(name)
 	p := b.Obj()
@@ -154,7 +180,7 @@ func qgpuPod(i int) *v1.Pod {
 	case k < 11:
 		b.General("c", s.mem, s.cores)
 	case k == 11:
-		b.General("c", 32, 100)
+		b.General("c", 24, 100)
 	case k < 16:
 		b.Online("c", s.mem)
 	default:

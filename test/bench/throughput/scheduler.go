@@ -30,7 +30,10 @@ func startScheduler(ctx context.Context, cp *harness.ControlPlane, profile strin
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
 		return nil, err
 	}
-	cfgPath, err := writeConfig(filepath.Join(root, profile), kubeconfig, filepath.Join(dir, "config.yaml"))
+	if !filepath.IsAbs(profile) {
+		profile = filepath.Join(root, profile)
+	}
+	cfgPath, err := writeConfig(profile, kubeconfig, filepath.Join(dir, "config.yaml"))
 	if err != nil {
 		return nil, err
 	}

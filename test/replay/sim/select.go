@@ -76,6 +76,36 @@ func (s *selector) scoreNodes(pod *Pod, req *request.Request) ([]int, []int64) {
 	return s.cand, s.scores
 }
 
+// BestNodes is one scheduling cycle of the replay for callers that keep
+// their own cluster (the integration test comparing with the real
+// scheduler): nodes are only cards (CPU unknown), after[i] receives node i's
+// cards with the pod placed, and best lists every node with the top score.
+func BestNodes(cards [][]ledger.Card, mixed []bool, req *request.Request, policy placement.Policy, after [][]ledger.Card) []int {
+	var cand []int
+	var scores []int64
+	for i := range cards {
+		after[i] = append(after[i][:0], cards[i]...)
+		_, score, reason := placement.Evaluate(after[i], mixed[i], req, policy, policy, nil, nil)
+		if reason == "" {
+			cand, scores = append(cand, i), append(scores, score)
+		}
+	}
+	placement.Normalize(policy, scores)
+	var hi int64
+	for k := range cand {
+		if k == 0 || scores[k] > hi {
+			hi = scores[k]
+		}
+	}
+	var best []int
+	for k, i := range cand {
+		if scores[k] == hi {
+			best = append(best, i)
+		}
+	}
+	return best
+}
+
 // place puts the pod on the best node and reports whether one fitted.
 func (s *selector) place(pod *Pod, req *request.Request) bool {
 	cand, scores := s.scoreNodes(pod, req)

@@ -1,0 +1,133 @@
+package placement
+
+import (
+	"math"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+)
+
+// milliCards are paper-mode cards: 1000 units of "memory", no pod limit.
+func milliCards(used ...int64) []ledger.Card {
+	out := make([]ledger.Card, len(used))
+	for i, u := range used {
+		out[i] = ledger.Card{Index: i, MemoryGiB: 1000, Healthy: true, MaxPods: 1 << 20}
+		if u > 0 {
+			out[i].Take(general, u, 0, true)
+		}
+	}
+	return out
+}
+
+var halfAndWhole = NewWorkload([]Shape{
+	{MemoryGiB: 500, Cards: 1, CPUMilli: 4000, Weight: 0.5},
+	{MemoryGiB: 1000, Cores: 100, Cards: 1, Whole: true, CPUMilli: 8000, Weight: 0.5},
+})
+
+func TestFrag(t *testing.T) {
+	tests := []struct {
+		name     string
+		cards    []ledger.Card
+		cpuLeft  int64
+		cpuKnown bool
+		want     float64
+	}{
+		{"empty node: nothing stranded", milliCards(0, 0), 0, false, 0},
+		{"half card strands its half for whole pods", milliCards(0, 500), 0, false, 0.5 * 500},
+		{"a 700 card strands 300 for both", milliCards(0, 700), 0, false, 0.5*300 + 0.5*300},
+		{"no empty card: whole pods strand everything", milliCards(500, 500), 0, false, 0.5 * 1000},
+		{"too little CPU for any: all free is stranded", milliCards(0, 500), 3000, true, 1500},
+		{"CPU for the half pods only", milliCards(0, 500), 5000, true, 0.5*0 + 0.5*1500},
+		{"full node", milliCards(1000, 1000), 0, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Frag(tt.cards, tt.cpuLeft, tt.cpuKnown, halfAndWhole); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("Frag = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFragPoliciesPickCard(t *testing.T) {
+	tests := []struct {
+		name   string
+		cards  []ledger.Card
+		mem    int64
+		policy Policy
+		want   [][2]int
+	}{
+		{"fgd fills the half card", milliCards(0, 500, 0), 500, FGD, [][2]int{{0, 1}}},
+		{"fragpack fills the half card", milliCards(0, 500, 0), 500, FragPack, [][2]int{{0, 1}}},
+		{"fgd keeps an empty card whole", milliCards(0, 300), 200, FGD, [][2]int{{0, 1}}},
+		{"fragpack keeps an empty card whole", milliCards(0, 300), 200, FragPack, [][2]int{{0, 1}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := &Env{Workload: halfAndWhole}
+			got, reason := PlaceIn(tt.cards, false, req(general, shared("c", tt.mem, 0)), tt.policy, env, nil)
+			if reason != "" {
+				t.Fatal(reason)
+			}
+			if diff := cmp.Diff(tt.want, chosen(got)); diff != "" {
+				t.Error(diff)
+			}
+		})
+	}
+}
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy Policy
+		in     []int64
+		want   []int64
+	}{
+		{"stretch", Binpack, []int64{10, 20, 30}, []int64{0, 50, 100}},
+		{"all equal", Binpack, []int64{7, 7}, []int64{100, 100}},
+		{"fragpack keeps the top", FragPack, []int64{5000, 4990, 3000}, []int64{100, 90, 0}},
+		{"empty", FGD, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := append([]int64(nil), tt.in...)
+			Normalize(tt.policy, got)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Error(diff)
+			}
+		})
+	}
+}
+
+func TestNodeRankStable(t *testing.T) {
+	for _, name := range []string{"", "n1", "openb-node-0001"} {
+		r := NodeRank(name)
+		if r < 0 || r >= RankRange || r != NodeRank(name) {
+			t.Errorf("NodeRank(%q) = %d", name, r)
+		}
+	}
+	if NodeRank("n1") == NodeRank("n2") && NodeRank("n2") == NodeRank("n3") {
+		t.Error("NodeRank does not tell nodes apart")
+	}
+}
+
+func TestEvaluateAllocatesNothing(t *testing.T) {
+	base := milliCards(0, 500, 300, 0, 800, 0, 0, 1000)
+	for _, p := range Policies {
+		t.Run(string(p), func(t *testing.T) {
+			env := &Env{Workload: halfAndWhole, CPULeft: 64000, CPUCap: 96000, PodCPU: 4000, Rank: 7}
+			scratch := make([]ledger.Card, len(base))
+			out := make([]Choice, 0, 16)
+			r := req(general, shared("c", 200, 0))
+			allocs := testing.AllocsPerRun(100, func() {
+				copy(scratch, base)
+				Evaluate(scratch, false, r, p, p, env, out[:0])
+			})
+			if allocs != 0 {
+				t.Errorf("Evaluate allocates %v times per call", allocs)
+			}
+		})
+	}
+}

@@ -1,0 +1,145 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+)
+
+// synthetic writes a small openb-like trace (no shared files in CI): nodes
+// of 2, 4 and 8 cards of several models, and pods of typical shapes, some
+// CPU-only, some asking for whole cards.
+func synthetic(t *testing.T) (nodesPath, podsPath string) {
+	t.Helper()
+	rng := rand.New(rand.NewSource(1))
+	dir := t.TempDir()
+	var nodes, pods strings.Builder
+	nodes.WriteString("sn,cpu_milli,memory_mib,gpu,model\n")
+	models := []string{"T4", "V100M32", "G2", "P100"}
+	for i := range 40 {
+		gpus := []int{2, 4, 8}[i%3]
+		fmt.Fprintf(&nodes, "node-%03d,%d,262144,%d,%s\n", i, 16000*gpus, gpus, models[i%len(models)])
+	}
+	pods.WriteString("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n")
+	shapes := []struct {
+		cpu, num, milli int64
+	}{{4000, 1, 250}, {8000, 1, 500}, {6000, 1, 810}, {12000, 1, 1000}, {32000, 2, 1000}, {8000, 0, 0}, {4000, 1, 470}}
+	for i := range 400 {
+		s := shapes[rng.Intn(len(shapes))]
+		fmt.Fprintf(&pods, "pod-%04d,%d,8192,%d,%d,,LS,Running,0,1,0\n", i, s.cpu, s.num, s.milli)
+	}
+	nodesPath, podsPath = filepath.Join(dir, "nodes.csv"), filepath.Join(dir, "pods.csv")
+	for path, s := range map[string]string{nodesPath: nodes.String(), podsPath: pods.String()} {
+		if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodesPath, podsPath
+}
+
+func load(t *testing.T) ([]Node, []Pod) {
+	t.Helper()
+	np, pp := synthetic(t)
+	nodes, err := ReadNodes(np)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods, err := ReadPods(pp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nodes, pods
+}
+
+func TestReplaySynthetic(t *testing.T) {
+	nodes, pods := load(t)
+	at130 := map[string]float64{}
+	for _, mode := range []Mode{Paper, QGPU} {
+		for _, policy := range placement.Policies {
+			name := fmt.Sprintf("%s/%s", mode, policy)
+			t.Run(name, func(t *testing.T) {
+				cfg := Config{Nodes: nodes, Pods: pods, Mode: mode, Policy: policy, Seed: 42, MaxArrivalPct: 130}
+				r := Run(cfg)
+				if r.Placed == 0 || r.Failed == 0 {
+					t.Fatalf("placed %d, failed %d: at 130%% arrivals some pods must fail", r.Placed, r.Failed)
+				}
+				for pct := 2; pct <= 130; pct++ {
+					if r.Alloc[pct] < r.Alloc[pct-1] || r.Alloc[pct] > 100 {
+						t.Fatalf("allocation %.2f%% at %d%% after %.2f%%: must grow and stay ≤ 100", r.Alloc[pct], pct, r.Alloc[pct-1])
+					}
+				}
+				if again := Run(cfg); !cmp.Equal(r, again) {
+					t.Fatal("the same seed gave another result")
+				}
+				at130[name] = r.Alloc[130]
+			})
+		}
+	}
+	// Packing beats spreading on a trace that fills the cluster.
+	for _, mode := range []Mode{Paper, QGPU} {
+		for _, p := range []placement.Policy{placement.FGD, placement.FragPack, placement.Binpack} {
+			if a, s := at130[fmt.Sprintf("%s/%s", mode, p)], at130[fmt.Sprintf("%s/spread", mode)]; a <= s {
+				t.Errorf("%s %s: %.2f%% at 130%%, spread %.2f%%: want more", mode, p, a, s)
+			}
+		}
+	}
+}
+
+func TestArrivals(t *testing.T) {
+	_, pods := load(t)
+	var demand int64
+	for i := range pods {
+		demand += pods[i].GPUDemand()
+	}
+	tests := []struct {
+		name     string
+		capacity int64
+		pct      int
+	}{{"below the trace", demand / 2, 100}, {"re-sampled past the trace", demand, 130}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Arrivals(pods, tt.capacity, tt.pct, rand.New(rand.NewSource(7)))
+			var arrived, before int64
+			seen := map[int]bool{}
+			for i, p := range got {
+				before = arrived
+				arrived += pods[p].GPUDemand()
+				if i < len(pods) && seen[p] {
+					t.Fatalf("pod %d arrived twice within the first pass", p)
+				}
+				seen[p] = true
+			}
+			limit := tt.capacity * int64(tt.pct) / 100
+			if arrived < limit || before >= limit {
+				t.Errorf("arrived %d (before the last %d), want the first to reach %d", arrived, before, limit)
+			}
+		})
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	dir := t.TempDir()
+	tests := []struct{ name, content string }{
+		{"wrong header", "a,b,c\n1,2,3\n"},
+		{"not a number", "sn,cpu_milli,memory_mib,gpu,model\nn1,x,1,1,T4\n"},
+		{"short row", "sn,cpu_milli,memory_mib,gpu,model\nn1,1\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(dir, "n.csv")
+			if err := os.WriteFile(path, []byte(tt.content), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := ReadNodes(path); err == nil {
+				t.Error("ReadNodes accepted a broken file")
+			}
+		})
+	}
+}
