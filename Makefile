@@ -10,7 +10,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
 TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
 
-.PHONY: all build test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down chaos
+.PHONY: all build test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos
 
 all: build
 
@@ -63,6 +63,11 @@ playground-up: build $(BIN)/qgpu-playground
 
 playground-down:
 	@hack/playground.sh down
+
+# On the running playground: the online example busy, then idle; the
+# offline pod beside it suspended and resumed (kubectl qgpu, metrics).
+playground-colocation: $(BIN)/qgpu-playground
+	@hack/playground.sh colocation
 
 integration: build
 	$(GO) test -count=1 -timeout 30m ./test/integration/...

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -62,6 +63,11 @@ func (w *grantWriter) run(ctx context.Context) {
 			return
 		case j := <-w.queue:
 			err := retry(ctx, 3, func() error { return allocate.PatchGrant(ctx, w.client, j.pod, j.grant) })
+			if apierrors.IsNotFound(err) {
+				// Deleted meanwhile: nothing to write, and the reconciler drops its record.
+				logger.V(2).Info("Pod gone before its grant was written", "pod", klog.KObj(j.pod))
+				continue
+			}
 			if err != nil {
 				logger.Error(err, "Writing the grant; the reconciler will retry", "pod", klog.KObj(j.pod))
 			} else {
@@ -110,7 +116,9 @@ func (p *publisher) run(ctx context.Context) {
 func retry(ctx context.Context, attempts int, f func() error) error {
 	var err error
 	for i := range attempts {
-		if err = f(); err == nil || ctx.Err() != nil {
+		// A pod that is gone stays gone: retrying would only hold up the
+		// writes queued behind it.
+		if err = f(); err == nil || ctx.Err() != nil || apierrors.IsNotFound(err) {
 			return err
 		}
 		select {

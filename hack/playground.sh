@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Runs bin/qgpu-playground in the background (up) or stops it (down), with
+# Runs bin/qgpu-playground in the background (up), stops it (down) or shows
+# online/offline at run time on it (colocation), with
 # its pid file, output and state under _output/playground/. `make
-# playground-up` / `make playground-down` call it.
+# playground-up` / `make playground-down` / `make playground-colocation` call it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=_output/playground
@@ -60,11 +61,23 @@ down() {
 	rm -f "$pidfile"
 }
 
+# colocation: on the running playground, the online example turns busy on
+# its fake card (the activity file in its node's root dir), the offline pod
+# beside it is suspended (kubectl qgpu, the agent's metrics), then idle.
+colocation() {
+	if ! running; then
+		echo "No playground is running; make playground-up starts one."
+		exit 1
+	fi
+	bin/qgpu-playground --colocation --dir="$dir"
+}
+
 case "${1:-}" in
 up) up ;;
 down) down ;;
+colocation) colocation ;;
 *)
-	echo "usage: $0 up|down" >&2
+	echo "usage: $0 up|down|colocation" >&2
 	exit 2
 	;;
 esac

@@ -78,8 +78,11 @@ func parseFlags(args []string) (*flags, error) {
 // nvmlFor returns the simulated NVML of --fake-cards, or the real library.
 func (f *flags) nvmlFor() (gonvml.Interface, error) {
 	if f.fakeCards == "" {
-		if f.fakeHealthFile != "" || f.FakeActivityFile != "" {
-			return nil, fmt.Errorf("--fake-health-file and --fake-activity-file need --fake-cards")
+		if f.fakeHealthFile != "" {
+			return nil, fmt.Errorf("--fake-health-file needs --fake-cards")
+		}
+		if f.FakeActivityFile != "" {
+			return nil, fmt.Errorf("--fake-activity-file needs --fake-cards")
 		}
 		return gonvml.New(), nil
 	}
@@ -102,6 +105,10 @@ func client(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.UserAgent = "qgpu-agent"
+	// client-go's default (5 QPS, burst 10) cannot keep up with one grant
+	// patch per admitted pod in a burst: the writes queue for seconds, and
+	// with them the reconciler's pass (found by make chaos).
+	cfg.QPS, cfg.Burst = 50, 100
 	return kubernetes.NewForConfig(cfg)
 }
 

@@ -26,6 +26,16 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.MPSControlBin != "" {
 		t.Errorf("flags: %+v %v", f, err)
 	}
+	if f, err := parseFlags(nil); err != nil || f.ProcRoot != "/proc" || f.FakeActivityFile != "" || f.metricsAddrFile != "" {
+		t.Errorf("defaults of the simulation flags: %+v %v", f, err)
+	}
+	f, err = parseFlags([]string{"--node-name=n3", "--fake-activity-file=/tmp/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.nvmlFor(); err == nil {
+		t.Error("--fake-activity-file accepted without --fake-cards")
+	}
 	if _, err := parseFlags([]string{"extra"}); err == nil {
 		t.Error("stray argument accepted")
 	}

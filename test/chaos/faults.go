@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -66,7 +67,26 @@ func runBindFailures(ctx context.Context, e *env) error {
 	}
 	e.logf("fault bindings toggled %d times, %d label patches racing PreBind; faults off", toggles, patches)
 	time.Sleep(3 * time.Second) // pods whose binds failed are retried after backoff
+	e.countInjected(ctx)
 	return err
+}
+
+// countInjected prints how many scheduling attempts the fault policies
+// failed (each one ran Unreserve).
+func (e *env) countInjected(ctx context.Context) {
+	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	if err != nil {
+		return
+	}
+	count := map[string]int32{}
+	for _, ev := range evs.Items {
+		for _, p := range []string{"chaos-fail-prebind", "chaos-fail-bind"} {
+			if strings.Contains(ev.Message, "chaos: "+p) {
+				count[p] += max(ev.Count, 1)
+			}
+		}
+	}
+	e.logf("attempts failed by injection (Unreserve ran): PreBind update %d, binding %d", count["chaos-fail-prebind"], count["chaos-fail-bind"])
 }
 
 // toggleBindings binds and unbinds each policy at random, every 0.3-1 s.

@@ -21,7 +21,7 @@ func runSchedulerKill(ctx context.Context, e *env) error {
 		kills[k*n/5+e.rng.Intn(n/5)] = true
 	}
 	var ferr error
-	created, err := e.churn(ctx, n, 80, e.o.runTime, func(i int) {
+	created, err := e.churn(ctx, n, 50, e.o.runTime, func(i int) {
 		if !kills[i] || ferr != nil {
 			return
 		}

@@ -80,7 +80,17 @@ func TestColocation(t *testing.T) {
 		}
 		t.Logf("cycle %d: online %s → offline shown suspended=%v after %v", i, state, busy, shown.Round(time.Millisecond))
 	}
-	metrics, err := mixed.Metrics(context.Background())
+	checkPriorityMetrics(t, mixed)
+	if got := marked(); len(got) != 1 || got[0] != "default/offline" {
+		t.Errorf("pods ever marked suspended: %v, want only default/offline", got)
+	}
+}
+
+// checkPriorityMetrics: the agent counted the suspensions, and nothing is
+// frozen after the last idle.
+func checkPriorityMetrics(t *testing.T, n *harness.ClusterNode) {
+	t.Helper()
+	metrics, err := n.Metrics(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,9 +104,6 @@ func TestColocation(t *testing.T) {
 	}
 	if n := metricValue(metrics, "qgpu_priority_frozen_pods"); n != 0 {
 		t.Errorf("qgpu_priority_frozen_pods = %v after idle, want 0", n)
-	}
-	if got := marked(); len(got) != 1 || got[0] != "default/offline" {
-		t.Errorf("pods ever marked suspended: %v, want only default/offline", got)
 	}
 }
 

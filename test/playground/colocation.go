@@ -61,11 +61,11 @@ func (d *colocation) run(ctx context.Context) error {
 	if err := kubectlQGPU(d.w, d.kubeconfig, "nodes", "--node", node); err != nil {
 		return err
 	}
-	d.metrics(ctx, nodeDir)
+	d.metrics(ctx, nodeDir, "qgpu_priority_")
 	if err := d.flip(ctx, activity, "idle", false); err != nil {
 		return err
 	}
-	d.metrics(ctx, nodeDir)
+	d.metrics(ctx, nodeDir, "qgpu_priority_resum", "qgpu_priority_frozen")
 	return nil
 }
 
@@ -121,16 +121,20 @@ func (d *colocation) flip(ctx context.Context, activity, state string, suspended
 	return nil
 }
 
-// metrics prints the agent's qgpu_priority_* samples, without histogram buckets.
-func (d *colocation) metrics(ctx context.Context, nodeDir string) {
+// metrics prints the agent's samples of the metrics named with prefixes,
+// without histogram buckets.
+func (d *colocation) metrics(ctx context.Context, nodeDir string, prefixes ...string) {
 	addr, err := harness.ReadMetricsAddr(nodeDir)
 	if err == nil {
 		var page string
 		if page, err = harness.FetchMetrics(ctx, addr); err == nil {
-			fmt.Fprintf(d.w, "\n$ curl -s %s/metrics | grep ^qgpu_priority_ | grep -v _bucket\n", addr)
+			fmt.Fprintf(d.w, "\n$ curl -s %s/metrics | grep -E '^(%s)' | grep -v _bucket\n", addr, strings.Join(prefixes, "|"))
 			for _, line := range strings.Split(page, "\n") {
-				if strings.HasPrefix(line, "qgpu_priority_") && !strings.Contains(line, "_bucket{") {
-					fmt.Fprintln(d.w, line)
+				for _, p := range prefixes {
+					if strings.HasPrefix(line, p) && !strings.Contains(line, "_bucket{") {
+						fmt.Fprintln(d.w, line)
+						break
+					}
 				}
 			}
 			return
@@ -171,6 +175,7 @@ func runColocation(ctx context.Context, o options, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("no running playground (make playground-up): %w", err)
 	}
+	cfg.QPS, cfg.Burst = 100, 200 // the demo polls the offline pod every 20 ms
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
