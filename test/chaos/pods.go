@@ -97,24 +97,3 @@ func (e *env) delete(ctx context.Context, name string) error {
 	e.mu.Unlock()
 	return nil
 }
-
-// waitBoundCount waits until at least n pods of the namespace are bound
-// (bounded by timeout) and returns how many are.
-func (e *env) waitBoundCount(ctx context.Context, n int, timeout time.Duration) int {
-	deadline := time.Now().Add(timeout)
-	for {
-		pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		got := 0
-		if err == nil {
-			for _, p := range pods.Items {
-				if p.Spec.NodeName != "" {
-					got++
-				}
-			}
-		}
-		if got >= n || time.Now().After(deadline) || ctx.Err() != nil {
-			return got
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}

@@ -79,6 +79,13 @@ const (
 // refuses some outright (with its own message); the rest stay Pending with
 // a FailedScheduling that names the field and the value.
 func hostileBadPods(t *testing.T, c *harness.Cluster) {
+	hostileAPIRejects(t, c)
+	hostileSchedulerRejects(t, c)
+	checkOnlyGood(t, c)
+}
+
+// hostileAPIRejects: what the API server refuses itself, with its message.
+func hostileAPIRejects(t *testing.T, c *harness.Cluster) {
 	cs := c.Client
 	apiRejects := []struct {
 		pod  *corev1.Pod
@@ -96,6 +103,11 @@ func hostileBadPods(t *testing.T, c *harness.Cluster) {
 		}
 		t.Logf("%s: API: %v", tc.pod.Name, err)
 	}
+}
+
+// hostileSchedulerRejects: Pending, with the field and value in the event.
+func hostileSchedulerRejects(t *testing.T, c *harness.Cluster) {
+	cs := c.Client
 	two := builders.GPUPod("offline-two-containers").Offline("a", 2, 60).Obj()
 	two.Spec.Containers = append(two.Spec.Containers, *two.Spec.Containers[0].DeepCopy())
 	two.Spec.Containers[1].Name = "b"
@@ -135,7 +147,6 @@ func hostileBadPods(t *testing.T, c *harness.Cluster) {
 			t.Errorf("pod %s: FailedScheduling %q does not contain %q", tc.pod.Name, msg, tc.want)
 		}
 	}
-	checkOnlyGood(t, c)
 }
 
 // checkOnlyGood asserts that the ledger holds the good pod's 2 GiB and
