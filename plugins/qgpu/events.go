@@ -33,6 +33,11 @@ func (p *QGPU) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, old
 		logger.V(5).Info("deleted pod held no qGPU slices", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
+	// The informer calls the queue's handler and the ledger's handler in
+	// no set order: free the slices here, before the pod is retried, or the
+	// retry can still see them held and the pod waits for the next event
+	// (up to five minutes). Release is idempotent.
+	p.ledger.Release(gone.UID, "")
 	return fwk.Queue, nil
 }
 
@@ -57,5 +62,8 @@ func (p *QGPU) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, old
 		logger.V(5).Info("node does not take online/offline pods", "pod", klog.KObj(pod), "node", klog.KObj(node))
 		return fwk.QueueSkip, nil
 	}
+	// As for deleted pods: the ledger must know the new cards before the
+	// retry, whichever informer handler runs first.
+	p.setNode(klog.NewContext(context.Background(), logger), node)
 	return fwk.Queue, nil
 }

@@ -27,8 +27,11 @@ func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod,
 // (see Bind): this path serves profiles that bind with DefaultBinder only.
 func (p *QGPU) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
-	if err != nil {
-		return nil // not a qGPU pod
+	if err != nil || p.bindsItself() {
+		// Not a qGPU pod, or Bind writes the assignment with the binding.
+		// (PreBindPreFlight's Skip is honoured only behind an alpha gate in
+		// 1.34, so PreBind checks for itself.)
+		return nil
 	}
 	value, err := encodeAssignment(s, pod, nodeName)
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -27,6 +29,7 @@ func main() {
 	profile := flag.String("profile", "config/qgpu-scheduler.yaml", "the qgpu-scheduler profile (relative to the repository root)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up on a phase after this long, reporting what was bound")
 	rounds := flag.Int("rounds", 2, "rounds of both phases, alternating; each profile's best round counts (other load on a shared machine only slows a round down)")
+	flag.StringVar(&cpuProfileDir, "cpuprofile-dir", "", "write a CPU profile of each phase (apiserver, etcd and scheduler together) to DIR/<round>-<profile>.pprof")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -67,7 +70,12 @@ func run(ctx context.Context, nodes, pods int, profile string, timeout time.Dura
 	best := make([]float64, len(phases))
 	for round := 1; round <= rounds; round++ {
 		for i, ph := range phases {
+			stopProfile, err := startProfile(round, ph.name)
+			if err != nil {
+				return err
+			}
 			r, err := measure(ctx, client, ph, pods, timeout)
+			stopProfile()
 			if err != nil {
 				return fmt.Errorf("%s: %w", ph.name, err)
 			}
@@ -87,4 +95,25 @@ func run(ctx context.Context, nodes, pods int, profile string, timeout time.Dura
 	}
 	fmt.Printf("ratio %.3f\n", best[0]/best[1])
 	return nil
+}
+
+var cpuProfileDir string
+
+// startProfile profiles one phase when -cpuprofile-dir is set.
+func startProfile(round int, name string) (func(), error) {
+	if cpuProfileDir == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(cpuProfileDir, 0o755); err != nil {
+		return nil, err
+	}
+	f, err := os.Create(filepath.Join(cpuProfileDir, fmt.Sprintf("%d-%s.pprof", round, name)))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
