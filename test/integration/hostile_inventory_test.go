@@ -45,14 +45,19 @@ func hostileInventory(t *testing.T, c *harness.Cluster) {
 	cs := c.Client
 	ctx := context.Background()
 	good := builders.Inventory(builders.Cards(2, "Tesla-T4", t4MiB))
-	createNodes(t, cs, builders.GPUNode("hostile", false, builders.Cards(2, "Tesla-T4", t4MiB)))
 	bad := badInventories()
+	hostile := builders.GPUNode("hostile", false, builders.Cards(2, "Tesla-T4", t4MiB))
+	hostile.Annotations[protocol.AnnotationInventory] = "not json"
+	createNodes(t, cs, hostile)
 	names := make([]string, 0, len(bad))
 	for name := range bad {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for i, name := range names {
+		// The node never has a good inventory during the loop: its update
+		// and the pod's creation reach the scheduler on two watches in no
+		// set order, so a good value in between could be what a pod sees.
 		setInventory(t, c, "hostile", bad[name])
 		p := builders.GPUPod(fmt.Sprintf("to-hostile-%d", i)).General("c", 1, 5).Obj()
 		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "hostile"}
@@ -61,7 +66,6 @@ func hostileInventory(t *testing.T, c *harness.Cluster) {
 			t.Errorf("%s: pod for the hostile node: %s", name, msg)
 		}
 		deletePods(t, c, p.Name)
-		setInventory(t, c, "hostile", good) // the next bad value is a change again
 	}
 	sel := fields.Set{"involvedObject.name": "hostile", "reason": "InvalidQGPUInventory"}.String()
 	evs, err := cs.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: sel})
@@ -141,3 +145,4 @@ func inventoryPatch(value string) []byte {
 	}
 	return b
 }
+
