@@ -145,4 +145,3 @@ func inventoryPatch(value string) []byte {
 	}
 	return b
 }
-
