@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/klog/v2"
 
@@ -51,7 +52,7 @@ func New() *Metrics {
 			Help: "Allocate calls answered, by resource and result (granted, refused)."}, []string{"resource", "result"}),
 	}
 	m.Registry.MustRegister(m.memoryCapacity, m.memoryGranted, m.coresGranted, m.healthy, m.pods, m.allocations,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Priority = newPriority(m.Registry)
 	return m
 }
