@@ -86,6 +86,3 @@ func decodeArgs(obj runtime.Object) (*args.QGPUArgs, error) {
 
 // Name implements framework.Plugin.
 func (p *QGPU) Name() string { return Name }
-
-// Ledger exposes the plugin's ledger for tests and views.
-func (p *QGPU) Ledger() *ledger.Ledger { return p.ledger }

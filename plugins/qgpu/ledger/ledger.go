@@ -212,14 +212,3 @@ func (l *Ledger) holding(uid types.UID) *Holding {
 	defer l.mu.RUnlock()
 	return l.holders[uid]
 }
-
-// Nodes lists the node names the ledger knows, for views and checks.
-func (l *Ledger) Nodes() []string {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	out := make([]string, 0, len(l.nodes))
-	for name := range l.nodes {
-		out = append(out, name)
-	}
-	return out
-}

@@ -493,16 +493,6 @@ func TestRemoveNode(t *testing.T) {
 	}
 }
 
-func TestNodes(t *testing.T) {
-	l := New(0)
-	l.SetNode("b", nil, "x", false)
-	l.SetNode("a", nil, "x", false)
-	got := l.Nodes()
-	if diff := cmp.Diff([]string{"a", "b"}, got, cmpSortStrings); diff != "" {
-		t.Errorf("Nodes (-want +got):\n%s", diff)
-	}
-}
-
 var cmpSortStrings = cmp.Transformer("sort", func(in []string) []string {
 	out := append([]string(nil), in...)
 	for i := range out {

@@ -4,8 +4,6 @@
 package placement
 
 import (
-	"fmt"
-
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -138,6 +136,3 @@ func Slices(cards []ledger.Card, req *request.Request, choices []Choice) []proto
 	}
 	return out
 }
-
-// String is for logs.
-func (c Choice) String() string { return fmt.Sprintf("c%d→card%d", c.Container, c.Card) }

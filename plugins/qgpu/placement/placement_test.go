@@ -406,9 +406,3 @@ func TestNodeScoreNoHealthyCards(t *testing.T) {
 		t.Errorf("NodeScore = %d, want 0", s)
 	}
 }
-
-func TestChoiceString(t *testing.T) {
-	if got := (Choice{Container: 1, Card: 3}).String(); got != "c1→card3" {
-		t.Errorf("String = %q", got)
-	}
-}
