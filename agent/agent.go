@@ -27,6 +27,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/metrics"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/agent/podresources"
 	"github.com/qgpu-scheduler/qgpu/agent/pods"
 	"github.com/qgpu-scheduler/qgpu/agent/reconcile"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
@@ -194,6 +195,9 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	go grants.run(ctx)
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
 		Config: nodeCfg.Current, OnPodGranted: grants.enqueue}
+	if a.cfg.PodResourcesSocket != "" {
+		alloc.Kubelet = podresources.Client{Socket: a.cfg.PodResourcesSocket}
+	}
 	a.plugins = deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
 	defer a.plugins.Stop()
 	publish := newPublisher(a.cfg.Client, a.cfg.NodeName, a.tracker)
@@ -225,7 +229,7 @@ func (a *agent) reconciler(podSource allocate.PodSource) *reconcile.Reconciler {
 	rec := &reconcile.Reconciler{Node: a.cfg.NodeName, Client: a.cfg.Client, Store: a.store, Pods: podSource,
 		Recorder: a.recorder, OnChange: a.refreshMetrics}
 	if a.cfg.PodResourcesSocket != "" {
-		rec.PodResources = reconcile.PodResourcesClient{Socket: a.cfg.PodResourcesSocket}
+		rec.PodResources = podresources.Client{Socket: a.cfg.PodResourcesSocket}
 	}
 	return rec
 }

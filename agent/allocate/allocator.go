@@ -12,6 +12,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/podresources"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -34,6 +35,10 @@ type Allocator struct {
 	Store  *store.Store
 	Pods   PodSource
 	Config NodeConfig
+	// Kubelet, when set, narrows each call to the pods the kubelet has taken
+	// in (README: "Which pod the kubelet is admitting"). When it cannot be
+	// asked, the call falls back to the order rule alone.
+	Kubelet podresources.Lister
 	// OnPodGranted runs (on the Allocate goroutine; it must not block) once every
 	// (container, resource) of the pod's assignment holds a grant.
 	OnPodGranted func(pod *v1.Pod, grant *protocol.Assignment)
@@ -114,9 +119,10 @@ func alive(pods []*v1.Pod, uid string) bool {
 // API server before refusing.
 func (a *Allocator) match(ctx context.Context, resource string, n int64) (*Candidate, error) {
 	granted := a.granted()
+	known := a.known(ctx)
 	pods, err := a.Pods.Cached()
 	if err == nil {
-		if cand, err := Match(a.Node, pods, granted, resource, n); err == nil {
+		if cand, err := Match(a.Node, pods, granted, known, resource, n); err == nil {
 			return cand, nil
 		} else if !errors.Is(err, ErrNoMatch) {
 			return nil, err
@@ -126,7 +132,27 @@ func (a *Allocator) match(ctx context.Context, resource string, n int64) (*Candi
 	if err != nil {
 		return nil, fmt.Errorf("%w for %d of %s in the cache, and listing pods from the API server failed: %v", ErrNoMatch, n, resource, err)
 	}
-	return Match(a.Node, pods, granted, resource, n)
+	return Match(a.Node, pods, granted, known, resource, n)
+}
+
+// known asks the kubelet which pods it has taken in. The pod being admitted
+// is the only one of them without all its grants, which tells apart pods with
+// identical requests that the order rule alone would confuse. nil (every pod
+// counts) when there is no Kubelet or it does not answer.
+func (a *Allocator) known(ctx context.Context) Known {
+	if a.Kubelet == nil {
+		return nil
+	}
+	list, err := a.Kubelet.List(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Info("Kubelet's pod list unavailable, matching by order alone", "err", err)
+		return nil
+	}
+	names := make(map[string]bool, len(list))
+	for _, p := range list {
+		names[p.GetNamespace()+"/"+p.GetName()] = true
+	}
+	return func(namespace, name string) bool { return names[namespace+"/"+name] }
 }
 
 // granted reads the store once per call: one transaction instead of one per

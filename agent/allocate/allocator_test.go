@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
@@ -171,5 +174,55 @@ func TestAllocatorRefusesEmptyAndBackendErrors(t *testing.T) {
 	}
 	if _, ok, _ := a.Store.Get("uid-g", "main", protocol.ResourceMemory); ok {
 		t.Errorf("a refused call was recorded")
+	}
+}
+
+// fakeKubelet is the kubelet's PodResources List: the pods it has taken in.
+type fakeKubelet struct {
+	pods []string // namespace/name
+	err  error
+}
+
+func (f *fakeKubelet) List(context.Context) ([]*podresourcesapi.PodResources, error) {
+	var out []*podresourcesapi.PodResources
+	for _, p := range f.pods {
+		ns, name, _ := strings.Cut(p, "/")
+		out = append(out, &podresourcesapi.PodResources{Namespace: ns, Name: name})
+	}
+	return out, f.err
+}
+
+// The kubelet admits twins in the order it received them, which need not be
+// creation order; the kubelet's own pod list tells the agent which one it is
+// admitting. Without an answer from the kubelet, the order rule decides.
+func TestAllocatorAsksTheKubeletWhichTwin(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		kubelet *fakeKubelet
+		want    string
+	}{
+		{"kubelet took in the younger twin", &fakeKubelet{pods: []string{"default/young"}}, "young"},
+		{"kubelet took in both (same batch)", &fakeKubelet{pods: []string{"default/young", "default/old"}}, "old"},
+		{"kubelet does not answer", &fakeKubelet{err: errors.New("connection refused")}, "old"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, young := general("old", 1, 4, 30, 0), general("young", 5, 4, 30, 1)
+			a, _ := newAllocator(t, filepath.Join(t.TempDir(), "meta.db"), &fakePods{cached: []*v1.Pod{old, young}})
+			a.Kubelet = tc.kubelet
+			resp, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]*v1.Pod{"old": old, "young": young}[tc.want]
+			a2, _ := AssignmentOf(want, testNode)
+			if got, card := resp.Envs["QGPU_CARD_INDEX"], a2.Containers[0].Slices[0].Index; got != strconv.Itoa(card) {
+				t.Fatalf("answered card %s, want %s's card %d", got, tc.want, card)
+			}
+			g, ok, err := a.Store.ByDevices(protocol.ResourceMemory, ids("m", 4))
+			if err != nil || !ok || g.Name != tc.want {
+				t.Fatalf("store records %+v (ok %v, err %v), want pod %s", g, ok, err, tc.want)
+			}
+		})
 	}
 }

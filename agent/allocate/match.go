@@ -64,15 +64,22 @@ type Candidate struct {
 // Granted reports whether (pod, container, resource) already holds a grant.
 type Granted func(podUID, container, resource string) bool
 
+// Known reports whether the kubelet has taken the pod in (it is among the
+// kubelet's active pods). The kubelet adds a pod to its pod manager right
+// before admitting it, one pod at a time, so the pod an Allocate call is for is
+// always known, and a pod bound later, or later in the same sync batch, is
+// not. nil means the kubelet could not be asked: every pod counts.
+type Known func(namespace, name string) bool
+
 // Match returns the container that an Allocate call for n units of resource is
-// for: among the pods bound to node that are not terminal and carry a valid
-// assignment, pods the kubelet is in the middle of (some grants, not all) come
+// for: among the pods bound to node that are not terminal, carry a valid
+// assignment and are known to the kubelet, pods the kubelet is in the middle of (some grants, not all) come
 // first, then the oldest by creation time, then by namespace/name; within a
 // pod, containers in the kubelet's order (init containers, then containers).
 // The first container not yet granted the resource whose assigned amount is n
 // wins. No match is an error that lists what was there; Match never guesses.
-func Match(node string, pods []*v1.Pod, granted Granted, resource string, n int64) (*Candidate, error) {
-	eligible, ignored := eligiblePods(node, pods)
+func Match(node string, pods []*v1.Pod, granted Granted, known Known, resource string, n int64) (*Candidate, error) {
+	eligible, ignored := eligiblePods(node, pods, known)
 	sortPods(eligible, granted)
 	var seen []string
 	for _, e := range eligible {
@@ -120,9 +127,10 @@ type eligible struct {
 	inProgress bool
 }
 
-func eligiblePods(node string, pods []*v1.Pod) ([]*eligible, []string) {
+func eligiblePods(node string, pods []*v1.Pod, known Known) ([]*eligible, []string) {
 	var out []*eligible
 	var ignored []string
+	unknown := 0
 	for _, p := range pods {
 		if p.Spec.NodeName != node || p.DeletionTimestamp != nil ||
 			p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed {
@@ -136,7 +144,14 @@ func eligiblePods(node string, pods []*v1.Pod) ([]*eligible, []string) {
 			ignored = append(ignored, fmt.Sprintf("%s/%s (%v)", p.Namespace, p.Name, err))
 			continue
 		}
+		if known != nil && !known(p.Namespace, p.Name) {
+			unknown++
+			continue
+		}
 		out = append(out, &eligible{pod: p, assignment: a})
+	}
+	if unknown > 0 {
+		ignored = append(ignored, fmt.Sprintf("%d not yet taken in by the kubelet", unknown))
 	}
 	return out, ignored
 }

@@ -2,6 +2,7 @@ package allocate
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,6 +36,7 @@ func TestMatch(t *testing.T) {
 	tests := []struct {
 		name  string
 		pods  []*v1.Pod
+		known []string // pods the kubelet has taken in; nil: it was not asked
 		calls []call
 	}{{
 		name: "general pod: memory then core",
@@ -83,6 +85,20 @@ func TestMatch(t *testing.T) {
 			{protocol.ResourceCore, 30, "young/main", ""},
 		},
 	}, {
+		name:  "identical requests: the kubelet took in the younger pod first",
+		pods:  []*v1.Pod{general("young", 5, 4, 30, 1), general("old", 1, 4, 30, 0)},
+		known: []string{"default/young"},
+		calls: []call{
+			{protocol.ResourceMemory, 4, "young/main", ""},
+			{protocol.ResourceCore, 30, "young/main", ""},
+			{protocol.ResourceMemory, 4, "", "1 not yet taken in by the kubelet"},
+		},
+	}, {
+		name:  "a pod the kubelet has not taken in is never matched",
+		pods:  []*v1.Pod{general("g", 0, 4, 30, 1)},
+		known: []string{},
+		calls: []call{{protocol.ResourceMemory, 4, "", "1 not yet taken in by the kubelet"}},
+	}, {
 		name: "a pod in progress comes before an older one",
 		pods: []*v1.Pod{general("old", 1, 4, 30, 0), general("young", 5, 4, 20, 1)},
 		calls: []call{
@@ -111,8 +127,12 @@ func TestMatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			granted := map[string]bool{}
 			g := func(uid, c, r string) bool { return granted[store.Key(uid, c, r)] }
+			var known Known
+			if tc.known != nil {
+				known = func(ns, name string) bool { return slices.Contains(tc.known, ns+"/"+name) }
+			}
 			for i, c := range tc.calls {
-				cand, err := Match(testNode, tc.pods, g, c.resource, c.n)
+				cand, err := Match(testNode, tc.pods, g, known, c.resource, c.n)
 				if c.want == "" {
 					if !errors.Is(err, ErrNoMatch) || !strings.Contains(err.Error(), c.errHas) {
 						t.Fatalf("call %d: want ErrNoMatch containing %q, got %v", i, c.errHas, err)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/podresources"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 )
 
@@ -33,7 +34,7 @@ type Reconciler struct {
 	Client       kubernetes.Interface
 	Store        *store.Store
 	Pods         allocate.PodSource
-	PodResources PodResourcesLister // nil: skip the kubelet comparison
+	PodResources podresources.Lister // nil: skip the kubelet comparison
 	Recorder     record.EventRecorder
 	// OnChange runs after every pass (metrics refresh).
 	OnChange func()
@@ -85,7 +86,7 @@ func (r *Reconciler) Once(ctx context.Context) (Result, error) {
 		return res, err
 	}
 	if r.PodResources != nil {
-		if err := r.compareKubelet(ctx, byUID, &res); err != nil && !errors.Is(err, ErrUnavailable) {
+		if err := r.compareKubelet(ctx, byUID, &res); err != nil && !errors.Is(err, podresources.ErrUnavailable) {
 			return res, err
 		}
 	}

@@ -17,6 +17,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/podresources"
 	"github.com/qgpu-scheduler/qgpu/agent/pods"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -147,7 +148,7 @@ func TestUnknownDevicesAndAbsentKubelet(t *testing.T) {
 	if res, err := r.Once(ctx); err != nil || res.Unknown != 1 {
 		t.Errorf("unknown devices: %+v %v", res, err)
 	}
-	r.PodResources = PodResourcesClient{Socket: filepath.Join(t.TempDir(), "absent.sock")}
+	r.PodResources = podresources.Client{Socket: filepath.Join(t.TempDir(), "absent.sock")}
 	if _, err := r.Once(ctx); err != nil {
 		t.Errorf("absent PodResources socket: %v", err)
 	}

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -51,8 +53,15 @@ func (e *env) printCounts(ctx context.Context) {
 			resched++
 		}
 	}
-	fmt.Printf("pods created %d deleted %d scheduled %d rescheduled %d rejected %d\n",
-		e.created, e.deleted, len(e.bound), resched, len(failed)-resched)
+	fmt.Printf("pods created %d deleted %d scheduled %d rescheduled %d rejected %d failed-admission %d\n",
+		e.created, e.deleted, len(e.bound), resched, len(failed)-resched, len(e.refused))
+	byMsg := map[string]int{}
+	for _, msg := range e.refused {
+		byMsg[msg]++
+	}
+	for _, msg := range slices.Sorted(maps.Keys(byMsg)) {
+		fmt.Printf("  failed admission (%d): %s\n", byMsg[msg], msg)
+	}
 }
 
 func (e *env) read(ctx context.Context) (*view.Cluster, error) {

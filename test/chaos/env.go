@@ -32,7 +32,8 @@ type env struct {
 	health string // the agents' --fake-health-file
 
 	mu       sync.Mutex
-	bound    map[types.UID]bool // pods seen bound
+	bound    map[types.UID]bool   // pods seen bound
+	refused  map[types.UID]string // pods the kubelet failed at admission: message
 	created  int
 	deleted  int
 	extra    []*harness.Scheduler // replicas beside c.Scheduler
@@ -56,7 +57,8 @@ func startEnv(ctx context.Context, o options, seed int64, name string) (*env, er
 	if err != nil {
 		return nil, err
 	}
-	e := &env{o: o, name: name, rng: rand.New(rand.NewSource(seed)), health: filepath.Join(dir, "unhealthy"), bound: map[types.UID]bool{}}
+	e := &env{o: o, name: name, rng: rand.New(rand.NewSource(seed)), health: filepath.Join(dir, "unhealthy"), bound: map[types.UID]bool{},
+		refused: map[types.UID]string{}}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	e.c, err = harness.StartCluster(sctx, harness.ClusterOptions{
@@ -107,6 +109,9 @@ func (e *env) seePod(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 		e.mu.Lock()
 		e.bound[p.UID] = true
+		if p.Status.Reason == "UnexpectedAdmissionError" {
+			e.refused[p.UID] = p.Status.Message
+		}
 		e.mu.Unlock()
 	}
 }

@@ -64,7 +64,7 @@ func TestAgentAllocate(t *testing.T) {
 		runForged(t, cs, t4, twins["twin-a"])
 	})
 	t.Run("admitted out of creation order", func(t *testing.T) {
-		runForcedSwap(t, cs, swap)
+		runOutOfOrderTwins(t, cs, swap)
 	})
 	checkCluster(t, cs)
 }

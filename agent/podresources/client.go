@@ -1,4 +1,6 @@
-package reconcile
+// Package podresources is a client of the kubelet's PodResources API v1: which
+// devices each container holds, and which pods the kubelet has taken in.
+package podresources
 
 import (
 	"context"
@@ -16,18 +18,18 @@ import (
 // ErrUnavailable is returned when the kubelet's PodResources socket is absent.
 var ErrUnavailable = errors.New("kubelet PodResources API unavailable")
 
-// PodResourcesLister lists what the kubelet really handed to each container.
-type PodResourcesLister interface {
+// Lister lists the kubelet's active pods with the devices each container holds.
+type Lister interface {
 	List(ctx context.Context) ([]*podresourcesapi.PodResources, error)
 }
 
-// PodResourcesClient calls the kubelet's PodResources API v1 on Socket.
-type PodResourcesClient struct {
+// Client calls the kubelet's PodResources API v1 on Socket.
+type Client struct {
 	Socket string
 }
 
-// List implements PodResourcesLister; an absent socket is ErrUnavailable.
-func (c PodResourcesClient) List(ctx context.Context) ([]*podresourcesapi.PodResources, error) {
+// List implements Lister; an absent socket is ErrUnavailable.
+func (c Client) List(ctx context.Context) ([]*podresourcesapi.PodResources, error) {
 	if _, err := os.Stat(c.Socket); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
