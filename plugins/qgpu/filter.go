@@ -6,14 +6,13 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
-	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
 
 // Reasons for nodes that can never take qGPU pods as they are labelled.
 const (
-	ReasonNotQGPUNode = "node is not a qGPU node (label qgpu-device-enable=enable)"
+	ReasonNotQGPUNode = ledger.ReasonNotQGPUNode
 	ReasonNoInventory = "node has no valid qGPU inventory"
 )
 
@@ -27,13 +26,14 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	node := nodeInfo.Node()
-	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotQGPUNode)
-	}
 	var buf [cardBuf]ledger.Card
-	n := p.nodeCards(s, node.Name, buf[:0])
+	n := p.nodeCards(s, nodeInfo.Node().Name, buf[:0])
 	if n.Invalid != "" {
+		// The ledger's reason names the annotation's fault; Filter's
+		// reasons are constant, so that they aggregate per reason.
+		if n.Invalid == ReasonNotQGPUNode {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotQGPUNode)
+		}
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNoInventory)
 	}
 	var choices [cardBuf]placement.Choice

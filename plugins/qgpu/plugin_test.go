@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -211,5 +212,55 @@ func TestNewRejectsBadArgs(t *testing.T) {
 	_, err := New(context.Background(), &args.QGPUArgs{NodePolicy: "pack", CardPolicy: "binpack"}, &fakeHandle{})
 	if err == nil || !strings.Contains(err.Error(), `nodePolicy: Unsupported value: "pack"`) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// PreFilter narrows the cycle to the nodes that can ever take the pod, and
+// leaves it whole when that is no narrower or when no node qualifies (so
+// that Filter's reasons name the fault).
+func TestPreFilterNarrowsNodes(t *testing.T) {
+	plain := t4Node("plain", 2, false)
+	plain.Labels = map[string]string{}
+	noInv := t4Node("noinv", 2, false)
+	delete(noInv.Annotations, protocol.AnnotationInventory)
+	general := builders.GPUPod("g").General("c", 5, 30).Obj()
+	online := builders.GPUPod("o").Online("c", 4).Obj()
+	offline := builders.GPUPod("off").Offline("c", 4, 50).Obj()
+	tests := []struct {
+		name  string
+		nodes []*v1.Node
+		pod   *v1.Pod
+		want  []string // nil: all nodes
+	}{
+		{"general: qGPU nodes only", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true), plain, noInv}, general, []string{"a", "b", "noinv"}},
+		{"online: mixed nodes only", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true), plain}, online, []string{"b"}},
+		{"offline: mixed nodes only", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true)}, offline, []string{"b"}},
+		{"every node qualifies", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true)}, general, nil},
+		{"no mixed node: Filter says why", []*v1.Node{t4Node("a", 2, false), plain}, online, nil},
+		{"no qGPU node: Filter says why", []*v1.Node{plain, plain}, general, nil},
+		{"broken inventory: Filter says why", []*v1.Node{t4Node("a", 2, false), noInv}, general, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPlugin(t, nil)
+			p.setNodes(tt.nodes...)
+			var infos []fwk.NodeInfo
+			for _, n := range tt.nodes {
+				infos = append(infos, nodeInfo(n))
+			}
+			res, st := p.PreFilter(context.Background(), framework.NewCycleState(), tt.pod, infos)
+			if !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			if tt.want == nil {
+				if !res.AllNodes() {
+					t.Fatalf("nodes %v, want all", sets.List(res.NodeNames))
+				}
+				return
+			}
+			if res.AllNodes() || !cmp.Equal(tt.want, sets.List(res.NodeNames)) {
+				t.Fatalf("nodes %v, want %v", res, tt.want)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -16,7 +17,7 @@ import (
 
 // PreFilter parses the pod's request once per cycle. Pods without qGPU
 // requests are skipped; a broken request can never fit anywhere.
-func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	req, err := request.Parse(pod)
 	if err != nil {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -30,7 +31,23 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, _ 
 	}
 	klog.FromContext(ctx).V(5).Info("qGPU request", "pod", klog.KObj(pod), "class", req.Class, "containers", len(req.Containers))
 	cs.Write(stateKey, &cycleState{req: req, podCPU: podCPU(pod)})
-	return nil, nil
+	return p.eligibleNodes(req, len(nodes)), nil
+}
+
+// eligibleNodes narrows the cycle to the nodes labelled for the pod's class
+// (qGPU nodes; mixed ones for online and offline pods), so that Filter, every
+// other plugin's Filter and Score skip the rest: where GPU nodes, or mixed
+// ones, are a part of the cluster, that is most of the scheduling work.
+// kube-scheduler reports the nodes left out as "didn't satisfy plugin(s)
+// [QGPU]"; a labelled node with a broken inventory is kept, so that Filter
+// names its fault. nil (all nodes) when that is no narrower, and when no node
+// is labelled, so that Filter's per-node reasons say what is missing.
+func (p *QGPU) eligibleNodes(req *request.Request, nodes int) *framework.PreFilterResult {
+	names := p.ledger.Eligible(req.Class != protocol.ClassGeneral)
+	if names.Len() == 0 || names.Len() >= nodes {
+		return nil
+	}
+	return &framework.PreFilterResult{NodeNames: names}
 }
 
 // PreFilterExtensions lets kube-scheduler's preemption simulate removing

@@ -184,7 +184,7 @@ func hostileRefill(t *testing.T, c *harness.Cluster, held *protocol.Assignment) 
 	for _, n := range names[:free] {
 		waitBound(t, cs, "default", n)
 	}
-	if msg := waitFailedScheduling(t, cs, "default", names[free]); !strings.Contains(msg, "Insufficient") && !strings.Contains(msg, "insufficient") {
+	if msg := waitFailedScheduling(t, cs, "default", names[free]); !strings.Contains(msg, "1 not enough whole free qGPU cards") {
 		t.Errorf("refill pod beyond the free cards: %s", msg)
 	}
 	checkCluster(t, cs)

@@ -81,8 +81,9 @@ func TestSchedulerRejections(t *testing.T) {
 		{builders.GPUPod("greedy-101").Offline("c", 2, 101).Obj(), "tke.cloud.tencent.com/qgpu-core-greedy: value 101 must be between 1 and 100"},
 		// 28 GiB on the node, but no card has 15.
 		{builders.GPUPod("too-big").General("c", 15, 10).Obj(), "insufficient qGPU card memory, cores or pod slots"},
-		// More than the node has at all: kube-scheduler's own resource fit says so first.
-		{builders.GPUPod("too-big-node").General("c", 29, 10).Obj(), "Insufficient tke.cloud.tencent.com/qgpu-memory"},
+		// More than the node has at all: QGPU's Filter runs first (the
+		// profiles order it so), before NodeResourcesFit.
+		{builders.GPUPod("too-big-node").General("c", 29, 10).Obj(), "insufficient qGPU card memory, cores or pod slots"},
 		{builders.GPUPod("online-not-mixed").Online("c", 2).Obj(), "node is not enabled for online/offline pods"},
 		{builders.GPUPod("model").Annotation(protocol.AnnotationUseGPUType, "A100").General("c", 2, 10).Obj(), "no card of the requested GPU model"},
 	}
@@ -129,8 +130,8 @@ func TestSchedulerRestartRebuildsLedger(t *testing.T) {
 		waitBound(t, cs, "default", pod(i).Name)
 	}
 	for i := 14; i < 20; i++ {
-		// NodeResourcesFit sees the node's 31 GiB of qgpu-memory spent before QGPU does.
-		if msg := waitFailedScheduling(t, cs, "default", pod(i).Name); !strings.Contains(msg, "Insufficient tke.cloud.tencent.com/qgpu-memory") {
+		// The rebuilt ledger turns them away (QGPU's Filter runs first).
+		if msg := waitFailedScheduling(t, cs, "default", pod(i).Name); !strings.Contains(msg, "2 insufficient qGPU card memory, cores or pod slots") {
 			t.Errorf("pod %d: %s", i, msg)
 		}
 	}

@@ -13,6 +13,10 @@ import (
 // ErrNoFit is returned by Reserve when the cards no longer have room.
 var ErrNoFit = errors.New("the slices no longer fit the node's cards")
 
+// ReasonNotQGPUNode is the Invalid reason of a node without the qGPU label:
+// such a node is never eligible (see Eligible).
+const ReasonNotQGPUNode = "node is not a qGPU node (label qgpu-device-enable=enable)"
+
 // Node is one node's cards and flags.
 type Node struct {
 	// Invalid is why the node has no usable cards (no or bad inventory); empty if valid.
@@ -37,7 +41,8 @@ type Ledger struct {
 	nodes   map[string]*nodeState
 	holders map[types.UID]*Holding
 	// maxPods overrides DefaultMaxPods when > 0.
-	maxPods int
+	maxPods  int
+	eligible eligibility
 }
 
 // New returns an empty ledger; maxPodsPerCard ≤ 0 means the seed's Mc/4.
@@ -64,24 +69,35 @@ func (l *Ledger) state(name string, create bool) *nodeState {
 // SetNode replaces a node's inventory. inv nil means the node has no usable
 // cards, for the reason given. Holdings are kept and re-applied.
 func (l *Ledger) SetNode(name string, inv *protocol.Inventory, invalid string, mixed bool) {
-	n := l.state(name, true)
+	if l.state(name, true).set(inv, invalid, mixed, l.maxPods) {
+		l.eligible.flagsChanged()
+	}
+}
+
+// set replaces the node's inventory and flags and reports whether its
+// eligibility (qGPU label, mixed label) changed.
+func (n *nodeState) set(inv *protocol.Inventory, invalid string, mixed bool, maxPodsPerCard int) bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	wasQGPU, wasMixed := n.qgpu(), n.node.Mixed
 	n.known = true
 	n.info = n.info[:0]
 	if inv != nil {
 		for _, c := range inv.Cards {
-			gib := c.MemoryGiB()
-			maxPods := l.maxPods
+			maxPods := maxPodsPerCard
 			if maxPods <= 0 {
 				maxPods = DefaultMaxPodsMiB(c.MemoryMiB)
 			}
-			n.info = append(n.info, Card{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryGiB: gib, Healthy: c.Healthy, MaxPods: maxPods})
+			n.info = append(n.info, Card{Index: c.Index, UUID: c.UUID, Model: c.Model, MemoryGiB: c.MemoryGiB(), Healthy: c.Healthy, MaxPods: maxPods})
 		}
 	}
 	n.node.Invalid, n.node.Mixed = invalid, mixed
 	n.recompute()
+	return n.qgpu() != wasQGPU || mixed != wasMixed
 }
+
+// qgpu reports whether the node is labelled a qGPU node; the caller holds n.mu.
+func (n *nodeState) qgpu() bool { return n.known && n.node.Invalid != ReasonNotQGPUNode }
 
 // recompute rebuilds usage from the holdings; the caller holds n.mu.
 func (n *nodeState) recompute() {
@@ -99,6 +115,7 @@ func (l *Ledger) RemoveNode(name string) {
 		n.info = n.info[:0]
 		n.node = Node{Invalid: "node deleted", Cards: n.node.Cards[:0]}
 		n.mu.Unlock()
+		l.eligible.flagsChanged()
 	}
 }
 

@@ -28,7 +28,7 @@ func main() {
 	pods := flag.Int("pods", 4000, "pods per profile")
 	profile := flag.String("profile", "config/qgpu-scheduler.yaml", "the qgpu-scheduler profile (relative to the repository root)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up on a phase after this long, reporting what was bound")
-	rounds := flag.Int("rounds", 2, "rounds of both phases, alternating; each profile's best round counts (other load on a shared machine only slows a round down)")
+	rounds := flag.Int("rounds", 3, "rounds of both phases, alternating; each profile's best round counts (other load on a shared machine only slows a round down)")
 	flag.StringVar(&cpuProfileDir, "cpuprofile-dir", "", "write a CPU profile of each phase (apiserver, etcd and scheduler together) to DIR/<round>-<profile>.pprof")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
