@@ -20,39 +20,57 @@ const (
 const cardBuf = 16
 
 // Filter checks that every container of the pod finds a card on the node. It
-// reads the ledger only: no API calls, no allocation on the hot path.
+// reads the ledger only: no API calls, no allocation on the hot path. A pod
+// of one container (the common case) is checked on the ledger's cards in
+// place, under the node's read lock; otherwise, and while preemption
+// simulates pods added or removed, on a copy.
 func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	var buf [cardBuf]ledger.Card
-	n := p.nodeCards(s, nodeInfo.Node().Name, buf[:0])
-	if n.Invalid != "" {
-		// The ledger's reason names the annotation's fault; Filter's
-		// reasons are constant, so that they aggregate per reason.
-		if n.Invalid == ReasonNotQGPUNode {
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNotQGPUNode)
+	name := nodeInfo.Node().Name
+	var reason string
+	if len(s.req.Containers) == 1 && len(s.deltas[name]) == 0 {
+		reason = p.ledger.ReadNode(name, func(n ledger.Node) string {
+			if n.Invalid != "" {
+				return invalidReason(n.Invalid)
+			}
+			return placement.FitReason(n.Cards, n.Mixed, s.req)
+		})
+	} else {
+		var buf [cardBuf]ledger.Card
+		var choices [cardBuf]placement.Choice
+		n := p.nodeCards(s, name, buf[:0])
+		reason = invalidReason(n.Invalid)
+		if reason == "" {
+			env := p.env(s, nodeInfo)
+			_, reason = placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, &env, choices[:0])
 		}
-		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNoInventory)
 	}
-	var choices [cardBuf]placement.Choice
-	// Whether one container fits does not depend on which card it would
-	// take, so single-container pods skip the policy's (costlier) choice.
-	policy, env := p.cardPolicy, p.env(s, nodeInfo)
-	if len(s.req.Containers) == 1 {
-		policy = placement.Binpack
-	}
-	if _, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, policy, &env, choices[:0]); reason != "" {
+	if reason != "" {
 		return fwk.NewStatus(unschedulableCode(reason), reason)
 	}
 	return nil
 }
 
+// invalidReason is Filter's constant reason for a node the ledger holds
+// invalid (its reason names the annotation's fault; Filter's reasons are
+// constant, so that they aggregate per reason), or "" for a valid one.
+func invalidReason(invalid string) string {
+	switch invalid {
+	case "":
+		return ""
+	case ReasonNotQGPUNode:
+		return ReasonNotQGPUNode
+	}
+	return ReasonNoInventory
+}
+
 // unschedulableCode tells preemption which failures removing pods can cure.
 func unschedulableCode(reason string) fwk.Code {
 	switch reason {
-	case placement.ReasonNoCards, placement.ReasonNotMixed, placement.ReasonNoModel:
+	case placement.ReasonNoCards, placement.ReasonNotMixed, placement.ReasonNoModel, ReasonNotQGPUNode, ReasonNoInventory:
 		return fwk.UnschedulableAndUnresolvable
 	}
 	return fwk.Unschedulable

@@ -34,11 +34,15 @@ type nodeState struct {
 	known bool
 }
 
-// Ledger is safe for concurrent use. One RWMutex guards the maps; each node
-// has its own lock for its cards, and no lock is ever held across two nodes.
+// Ledger is safe for concurrent use. Nodes are found without a lock (Filter
+// and Score look one up per node of every cycle, from many goroutines); one
+// RWMutex guards the holders; each node has its own lock for its cards, and
+// no lock is ever held across two nodes.
 type Ledger struct {
+	// nodes maps a node name to its *nodeState; entries are never removed
+	// (RemoveNode empties one), so a pointer once found stays the node's.
+	nodes   sync.Map
 	mu      sync.RWMutex
-	nodes   map[string]*nodeState
 	holders map[types.UID]*Holding
 	// maxPods overrides DefaultMaxPods when > 0.
 	maxPods  int
@@ -47,23 +51,18 @@ type Ledger struct {
 
 // New returns an empty ledger; maxPodsPerCard ≤ 0 means the seed's Mc/4.
 func New(maxPodsPerCard int) *Ledger {
-	return &Ledger{nodes: map[string]*nodeState{}, holders: map[types.UID]*Holding{}, maxPods: maxPodsPerCard}
+	return &Ledger{holders: map[types.UID]*Holding{}, maxPods: maxPodsPerCard}
 }
 
 func (l *Ledger) state(name string, create bool) *nodeState {
-	l.mu.RLock()
-	n := l.nodes[name]
-	l.mu.RUnlock()
-	if n != nil || !create {
-		return n
+	if v, ok := l.nodes.Load(name); ok {
+		return v.(*nodeState)
 	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if n = l.nodes[name]; n == nil {
-		n = &nodeState{pods: map[types.UID]*Holding{}}
-		l.nodes[name] = n
+	if !create {
+		return nil
 	}
-	return n
+	v, _ := l.nodes.LoadOrStore(name, &nodeState{pods: map[types.UID]*Holding{}})
+	return v.(*nodeState)
 }
 
 // SetNode replaces a node's inventory. inv nil means the node has no usable
@@ -131,6 +130,19 @@ func (l *Ledger) CopyNode(name string, buf []Card) (Node, bool) {
 	out := n.node
 	out.Cards = append(buf[:0], n.node.Cards...)
 	return out, n.known
+}
+
+// ReadNode calls read with the node's state under its read lock, without a
+// copy: read must not change or keep the cards. An unknown node reads as a
+// node without cards.
+func (l *Ledger) ReadNode(name string, read func(Node) string) string {
+	n := l.state(name, false)
+	if n == nil {
+		return read(Node{})
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return read(n.node)
 }
 
 // Reserve chooses and records a pod's slices atomically: choose runs under the

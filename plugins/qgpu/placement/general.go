@@ -120,24 +120,39 @@ func sameAsEarlier(cards []ledger.Card, i int, chosen []Choice) bool {
 // indexes (keeping the rest contiguous), spread the same: empty cards are alike.
 func placeWhole(cards []ledger.Card, req *request.Request, ci int, _ Policy, out []Choice) ([]Choice, string) {
 	c := req.Containers[ci]
-	need, per := c.Cards, c.PerCardMemoryGiB()
+	need := c.Cards
 	start := len(out)
 	for i := range cards {
-		card := &cards[i]
 		if need == 0 {
 			break
 		}
-		if !card.Empty() || !req.MatchesModel(card.Model) || !card.Fits(protocol.ClassGeneral, per, protocol.CoresPerCard, true) {
-			continue
+		if takesWhole(&cards[i], req, c) {
+			out = append(out, Choice{Container: ci, Card: i})
+			need--
 		}
-		out = append(out, Choice{Container: ci, Card: i})
-		need--
 	}
 	if need > 0 {
 		return out[:start], ReasonWholeCards
 	}
 	for _, ch := range out[start:] {
-		cards[ch.Card].Take(protocol.ClassGeneral, per, protocol.CoresPerCard, true)
+		cards[ch.Card].Take(protocol.ClassGeneral, c.PerCardMemoryGiB(), protocol.CoresPerCard, true)
 	}
 	return out, ""
+}
+
+// wholeCards counts the cards a whole-card container could take.
+func wholeCards(cards []ledger.Card, req *request.Request, c request.Container) int {
+	n := 0
+	for i := range cards {
+		if takesWhole(&cards[i], req, c) {
+			n++
+		}
+	}
+	return n
+}
+
+// takesWhole reports whether the whole-card container c can take card.
+func takesWhole(card *ledger.Card, req *request.Request, c request.Container) bool {
+	return card.Empty() && req.MatchesModel(card.Model) &&
+		card.Fits(protocol.ClassGeneral, c.PerCardMemoryGiB(), protocol.CoresPerCard, true)
 }

@@ -37,19 +37,57 @@ func Place(cards []ledger.Card, mixed bool, req *request.Request, policy Policy,
 // PlaceIn is Place for policies that look beyond the cards (fgd: the
 // workload and the node's CPU). env may be nil for the others.
 func PlaceIn(cards []ledger.Card, mixed bool, req *request.Request, policy Policy, env *Env, out []Choice) ([]Choice, string) {
-	if len(cards) == 0 {
-		return out, ReasonNoCards
-	}
-	if req.Class != protocol.ClassGeneral && !mixed {
-		return out, ReasonNotMixed
-	}
-	if !anyModel(cards, req) {
-		return out, ReasonNoModel
+	if reason := unfit(cards, mixed, req); reason != "" {
+		return out, reason
 	}
 	if req.SharesOneCard() {
 		return placeOneCard(cards, req, out)
 	}
 	return placeGeneral(cards, req, policy, env, out)
+}
+
+// FitReason is PlaceIn's answer ("" or a Reason) for a pod of one container,
+// found without choosing or changing anything, so that Filter can run it on
+// the ledger's own cards under the node's read lock instead of on a copy.
+// Whether one container fits does not depend on the policy. A pod of several
+// containers needs PlaceIn on a copy (each container changes what the next
+// one finds).
+func FitReason(cards []ledger.Card, mixed bool, req *request.Request) string {
+	if len(req.Containers) != 1 {
+		panic("placement.FitReason: a pod of several containers needs PlaceIn")
+	}
+	if reason := unfit(cards, mixed, req); reason != "" {
+		return reason
+	}
+	c := req.Containers[0]
+	switch {
+	case req.SharesOneCard():
+		if best, _, _ := chooseOneCard(cards, req); best < 0 {
+			return failReason(cards, req)
+		}
+	case c.Whole:
+		if wholeCards(cards, req, c) < c.Cards {
+			return ReasonWholeCards
+		}
+	default:
+		if bestShared(cards, req, c, Binpack, nil) < 0 {
+			return failReason(cards, req)
+		}
+	}
+	return ""
+}
+
+// unfit is the reason the node can take no card for req at all, or "".
+func unfit(cards []ledger.Card, mixed bool, req *request.Request) string {
+	switch {
+	case len(cards) == 0:
+		return ReasonNoCards
+	case req.Class != protocol.ClassGeneral && !mixed:
+		return ReasonNotMixed
+	case !anyModel(cards, req):
+		return ReasonNoModel
+	}
+	return ""
 }
 
 func anyModel(cards []ledger.Card, req *request.Request) bool {
@@ -65,7 +103,19 @@ func anyModel(cards []ledger.Card, req *request.Request) bool {
 // Seed 000: online pods prefer cards without offline pods, then spread;
 // offline pods prefer cards without online pods, then bin-pack.
 func placeOneCard(cards []ledger.Card, req *request.Request, out []Choice) ([]Choice, string) {
-	var mem, cores int64
+	best, mem, cores := chooseOneCard(cards, req)
+	if best < 0 {
+		return out, failReason(cards, req)
+	}
+	cards[best].Take(req.Class, mem, cores, true)
+	for ci := range req.Containers {
+		out = append(out, Choice{Container: ci, Card: best})
+	}
+	return out, ""
+}
+
+// chooseOneCard is placeOneCard's choice (-1 if none) and the pod's totals.
+func chooseOneCard(cards []ledger.Card, req *request.Request) (best int, mem, cores int64) {
 	for _, c := range req.Containers {
 		mem += c.MemoryGiB
 		cores += c.Cores
@@ -93,14 +143,7 @@ func placeOneCard(cards []ledger.Card, req *request.Request, out []Choice) ([]Ch
 			best, bestKey = i, key
 		}
 	}
-	if best < 0 {
-		return out, failReason(cards, req)
-	}
-	cards[best].Take(req.Class, mem, cores, true)
-	for ci := range req.Containers {
-		out = append(out, Choice{Container: ci, Card: best})
-	}
-	return out, ""
+	return best, mem, cores
 }
 
 // failReason tells apart the common reasons a pod does not fit, for events.
