@@ -46,19 +46,23 @@ func (l *Ledger) Eligible(mixedOnly bool) sets.Set[string] {
 }
 
 func (l *Ledger) buildEligible(gen uint64) *eligibleSets {
+	l.mu.RLock()
+	states := make(map[string]*nodeState, len(l.nodes))
+	for name, n := range l.nodes {
+		states[name] = n
+	}
+	l.mu.RUnlock()
 	c := &eligibleSets{gen: gen, all: sets.New[string](), mixed: sets.New[string]()}
-	l.nodes.Range(func(key, value any) bool {
-		n := value.(*nodeState)
+	for name, n := range states {
 		n.mu.RLock()
 		qgpu, mixed := n.qgpu(), n.node.Mixed
 		n.mu.RUnlock()
 		if qgpu {
-			c.all.Insert(key.(string))
+			c.all.Insert(name)
 			if mixed {
-				c.mixed.Insert(key.(string))
+				c.mixed.Insert(name)
 			}
 		}
-		return true
-	})
+	}
 	return c
 }

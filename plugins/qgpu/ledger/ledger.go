@@ -34,15 +34,13 @@ type nodeState struct {
 	known bool
 }
 
-// Ledger is safe for concurrent use. Nodes are found without a lock (Filter
-// and Score look one up per node of every cycle, from many goroutines); one
-// RWMutex guards the holders; each node has its own lock for its cards, and
-// no lock is ever held across two nodes.
+// Ledger is safe for concurrent use. One RWMutex guards the maps; each node
+// has its own lock for its cards, and no lock is ever held across two nodes.
+// Nodes are never removed from the map (RemoveNode empties one), so a
+// *nodeState once found stays the node's.
 type Ledger struct {
-	// nodes maps a node name to its *nodeState; entries are never removed
-	// (RemoveNode empties one), so a pointer once found stays the node's.
-	nodes   sync.Map
 	mu      sync.RWMutex
+	nodes   map[string]*nodeState
 	holders map[types.UID]*Holding
 	// maxPods overrides DefaultMaxPods when > 0.
 	maxPods  int
@@ -51,18 +49,23 @@ type Ledger struct {
 
 // New returns an empty ledger; maxPodsPerCard ≤ 0 means the seed's Mc/4.
 func New(maxPodsPerCard int) *Ledger {
-	return &Ledger{holders: map[types.UID]*Holding{}, maxPods: maxPodsPerCard}
+	return &Ledger{nodes: map[string]*nodeState{}, holders: map[types.UID]*Holding{}, maxPods: maxPodsPerCard}
 }
 
 func (l *Ledger) state(name string, create bool) *nodeState {
-	if v, ok := l.nodes.Load(name); ok {
-		return v.(*nodeState)
+	l.mu.RLock()
+	n := l.nodes[name]
+	l.mu.RUnlock()
+	if n != nil || !create {
+		return n
 	}
-	if !create {
-		return nil
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n = l.nodes[name]; n == nil {
+		n = &nodeState{pods: map[types.UID]*Holding{}}
+		l.nodes[name] = n
 	}
-	v, _ := l.nodes.LoadOrStore(name, &nodeState{pods: map[types.UID]*Holding{}})
-	return v.(*nodeState)
+	return n
 }
 
 // SetNode replaces a node's inventory. inv nil means the node has no usable
