@@ -493,18 +493,6 @@ func TestRemoveNode(t *testing.T) {
 	}
 }
 
-var cmpSortStrings = cmp.Transformer("sort", func(in []string) []string {
-	out := append([]string(nil), in...)
-	for i := range out {
-		for j := i + 1; j < len(out); j++ {
-			if out[j] < out[i] {
-				out[i], out[j] = out[j], out[i]
-			}
-		}
-	}
-	return out
-})
-
 // checkCards asserts DESIGN §3 on a node's cards.
 func checkCards(node string, cs []Card) error {
 	for _, c := range cs {
