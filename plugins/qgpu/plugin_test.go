@@ -219,8 +219,12 @@ func TestNewRejectsBadArgs(t *testing.T) {
 // leaves it whole when that is no narrower or when no node qualifies (so
 // that Filter's reasons name the fault).
 func TestPreFilterNarrowsNodes(t *testing.T) {
-	plain := t4Node("plain", 2, false)
-	plain.Labels = map[string]string{}
+	plainNode := func(name string) *v1.Node {
+		n := t4Node(name, 2, false)
+		n.Labels = map[string]string{}
+		return n
+	}
+	plain := plainNode("plain")
 	noInv := t4Node("noinv", 2, false)
 	delete(noInv.Annotations, protocol.AnnotationInventory)
 	general := builders.GPUPod("g").General("c", 5, 30).Obj()
@@ -232,9 +236,10 @@ func TestPreFilterNarrowsNodes(t *testing.T) {
 		pod   *v1.Pod
 		want  []string // nil: all nodes
 	}{
-		{"general: qGPU nodes only", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true), plain, noInv}, general, []string{"a", "b", "noinv"}},
+		{"general: qGPU nodes only", []*v1.Node{t4Node("a", 2, false), plain, plainNode("p2"), plainNode("p3"), noInv}, general, []string{"a", "noinv"}},
 		{"online: mixed nodes only", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true), plain}, online, []string{"b"}},
-		{"offline: mixed nodes only", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true)}, offline, []string{"b"}},
+		{"offline: mixed nodes only", []*v1.Node{t4Node("a", 2, false), t4Node("a2", 2, false), t4Node("b", 2, true)}, offline, []string{"b"}},
+		{"narrowing does not pay", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true)}, offline, nil},
 		{"every node qualifies", []*v1.Node{t4Node("a", 2, false), t4Node("b", 2, true)}, general, nil},
 		{"no mixed node: Filter says why", []*v1.Node{t4Node("a", 2, false), plain}, online, nil},
 		{"no qGPU node: Filter says why", []*v1.Node{plain, plain}, general, nil},
@@ -262,5 +267,26 @@ func TestPreFilterNarrowsNodes(t *testing.T) {
 				t.Fatalf("nodes %v, want %v", res, tt.want)
 			}
 		})
+	}
+}
+
+func TestNarrowingPays(t *testing.T) {
+	tests := []struct {
+		eligible, nodes int
+		want            bool
+	}{
+		{250, 500, true},    // half the nodes mixed, as in make bench-throughput
+		{2500, 5000, false}, // the same at SIZE=large: 750 evaluated instead of 500
+		{100, 1100, true},   // a few GPU nodes among many CPU ones
+		{500, 5000, true},   // a tenth of a large cluster
+		{4900, 5000, false}, // almost all
+		{50, 80, false},     // small cluster: every node is evaluated anyway; listing 50 costs more than turning 30 away
+		{20, 80, true},      // small cluster, few eligible
+		{500, 500, false},   // all
+	}
+	for _, tt := range tests {
+		if got := narrowingPays(tt.eligible, tt.nodes); got != tt.want {
+			t.Errorf("narrowingPays(%d, %d) = %v, want %v", tt.eligible, tt.nodes, got, tt.want)
+		}
 	}
 }

@@ -35,19 +35,56 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 }
 
 // eligibleNodes narrows the cycle to the nodes labelled for the pod's class
-// (qGPU nodes; mixed ones for online and offline pods), so that Filter, every
-// other plugin's Filter and Score skip the rest: where GPU nodes, or mixed
-// ones, are a part of the cluster, that is most of the scheduling work.
-// kube-scheduler reports the nodes left out as "didn't satisfy plugin(s)
-// [QGPU]"; a labelled node with a broken inventory is kept, so that Filter
-// names its fault. nil (all nodes) when that is no narrower, and when no node
-// is labelled, so that Filter's per-node reasons say what is missing.
+// (qGPU nodes; mixed ones for online and offline pods) when that makes the
+// cycle cheaper (narrowingPays), so that Filter, every other plugin's Filter
+// and Score skip the rest. kube-scheduler reports the nodes left out as
+// "didn't satisfy plugin(s) [QGPU]"; a labelled node with a broken inventory
+// is kept, so that Filter names its fault. nil (all nodes) otherwise, and
+// when no node is labelled, so that Filter's per-node reasons say what is
+// missing.
 func (p *QGPU) eligibleNodes(req *request.Request, nodes int) *framework.PreFilterResult {
 	names := p.ledger.Eligible(req.Class != protocol.ClassGeneral)
-	if names.Len() == 0 || names.Len() >= nodes {
+	if names.Len() == 0 || !narrowingPays(names.Len(), nodes) {
 		return nil
 	}
 	return &framework.PreFilterResult{NodeNames: names}
+}
+
+// Relative costs per node, measured with make bench-throughput: a node that
+// passes every Filter and is scored; a node QGPU's Filter (which runs first)
+// turns away; a name of a PreFilterResult, which kube-scheduler copies and
+// looks up in its snapshot on the scheduling goroutine.
+const (
+	costEvaluated = 6
+	costRejected  = 1
+	costListed    = 1
+)
+
+// narrowingPays compares one cycle over all n nodes, of which m are
+// eligible, with one over the m alone. kube-scheduler stops filtering once
+// it found feasibleToFind(nodes) feasible ones: over all nodes it evaluates
+// that many and turns away about (n-m)/m as many on the way; over the m it
+// evaluates feasibleToFind(m), a larger share of a smaller set, and pays for
+// listing them. Narrowing 250 of 500 nodes pays (120 evaluated instead of 230
+// and 230 turned away); 2500 of 5000 does not (750 evaluated instead of 500).
+func narrowingPays(m, n int) bool {
+	if m >= n {
+		return false
+	}
+	all := min(feasibleToFind(n), m)
+	narrowed := feasibleToFind(m)*costEvaluated + m*costListed
+	return narrowed < all*costEvaluated+min(all*(n-m)/m, n-m)*costRejected
+}
+
+// feasibleToFind is kube-scheduler's numFeasibleNodesToFind with the
+// default, adaptive percentageOfNodesToScore.
+func feasibleToFind(n int) int {
+	const minNodes, minPercent = 100, 5
+	if n < minNodes {
+		return n
+	}
+	percent := max(50-n/125, minPercent)
+	return max(n*percent/100, minNodes)
 }
 
 // PreFilterExtensions lets kube-scheduler's preemption simulate removing
