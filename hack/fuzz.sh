@@ -8,19 +8,21 @@ FUZZTIME=${FUZZTIME:-10s}
 # that it cannot outlast -fuzztime; the Go fuzzing engine still sometimes
 # ends a short run with "context deadline exceeded" when a worker is slow to
 # stop on a loaded machine (no failing input, nothing written to
-# testdata/fuzz). That case alone is retried once; a real finding fails.
+# testdata/fuzz). That case alone is retried, twice at most; a real finding
+# fails.
 run_one() {
-	local out
-	if out=$(go test -run=NONE -fuzz="^$2\$" -fuzztime="$FUZZTIME" -fuzzminimizetime=2s "$1" 2>&1); then
-		echo "$out" | tail -n 1
-		return 0
-	fi
-	echo "$out"
-	if grep -q "context deadline exceeded" <<<"$out" && ! grep -q "Failing input written" <<<"$out"; then
-		echo "fuzz engine timed out stopping (no failing input); retrying $2 once"
-		go test -run=NONE -fuzz="^$2\$" -fuzztime="$FUZZTIME" -fuzzminimizetime=2s "$1"
-		return
-	fi
+	local out try
+	for try in 1 2 3; do
+		if out=$(go test -run=NONE -fuzz="^$2\$" -fuzztime="$FUZZTIME" -fuzzminimizetime=2s "$1" 2>&1); then
+			echo "$out" | tail -n 1
+			return 0
+		fi
+		echo "$out"
+		if ! grep -q "context deadline exceeded" <<<"$out" || grep -q "Failing input written" <<<"$out"; then
+			return 1
+		fi
+		echo "fuzz engine timed out stopping (no failing input) on try $try of $2"
+	done
 	return 1
 }
 
