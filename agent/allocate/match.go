@@ -73,9 +73,10 @@ type Known func(namespace, name string) bool
 
 // Match returns the container that an Allocate call for n units of resource is
 // for: among the pods bound to node that are not terminal, carry a valid
-// assignment and are known to the kubelet, pods the kubelet is in the middle of (some grants, not all) come
-// first, then the oldest by creation time, then by namespace/name; within a
-// pod, containers in the kubelet's order (init containers, then containers).
+// assignment and are known to the kubelet (when known is not nil), pods the
+// kubelet is in the middle of (some grants, not all) come first, then the
+// oldest by creation time, then by namespace/name; within a pod, containers
+// in the kubelet's order (init containers, then containers).
 // The first container not yet granted the resource whose assigned amount is n
 // wins. No match is an error that lists what was there; Match never guesses.
 func Match(node string, pods []*v1.Pod, granted Granted, known Known, resource string, n int64) (*Candidate, error) {

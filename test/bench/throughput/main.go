@@ -98,9 +98,9 @@ func run(ctx context.Context, nodes, pods int, profile string, timeout time.Dura
 	}
 	fmt.Printf("best-of ratio %.3f\n", best[0]/best[1])
 	// Each round's two phases run back to back, so a slow spell of the
-	// machine hits both, and the order alternates, so the geometric mean of
-	// the rounds' ratios cancels what running second costs (an even number
-	// of rounds cancels it exactly).
+	// machine hits both, and the order alternates, so over an even number of
+	// rounds the geometric mean of the rounds' ratios cancels a constant
+	// factor that running second costs.
 	logSum := 0.0
 	for _, r := range ratios {
 		logSum += math.Log(r)
