@@ -19,11 +19,13 @@ const (
 // cardBuf is large enough for every real server, so Filter does not allocate.
 const cardBuf = 16
 
-// Filter checks that every container of the pod finds a card on the node. It
-// reads the ledger only: no API calls, no allocation on the hot path. A pod
-// of one container (the common case) is checked on the ledger's cards in
-// place, under the node's read lock; otherwise, and while preemption
-// simulates pods added or removed, on a copy.
+// Filter checks that every container of the pod finds a card on the node,
+// and the node-wide sums NodeResourcesFit leaves to it (takeOverFit). It
+// reads the ledger and the NodeInfo only: no API calls, no allocation on the
+// hot path. A pod of one container (the common case) is checked on the
+// ledger's cards in place, under the node's read lock, and where it fits,
+// scored there for Score (scoreStash); otherwise, and while preemption
+// simulates pods added or removed, it is checked on a copy.
 func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
@@ -32,12 +34,22 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	name := nodeInfo.Node().Name
 	var reason string
 	if len(s.req.Containers) == 1 && len(s.deltas[name]) == 0 {
+		var score int64
 		reason = p.ledger.ReadNode(name, func(n ledger.Node) string {
 			if n.Invalid != "" {
 				return invalidReason(n.Invalid)
 			}
-			return placement.FitReason(n.Cards, n.Mixed, s.req)
+			if reason := placement.FitReason(n.Cards, n.Mixed, s.req); reason != "" {
+				return reason
+			}
+			var buf [cardBuf]ledger.Card
+			n.Cards = append(buf[:0], n.Cards...)
+			score = p.evaluate(s, n, nodeInfo)
+			return ""
 		})
+		if reason == "" {
+			p.scores.put(nodeInfo, score)
+		}
 	} else {
 		var buf [cardBuf]ledger.Card
 		var choices [cardBuf]placement.Choice
@@ -50,6 +62,14 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	}
 	if reason != "" {
 		return fwk.NewStatus(unschedulableCode(reason), reason)
+	}
+	if s.ownsFit {
+		if reason, unresolvable := s.fit.check(nodeInfo); reason != "" {
+			if unresolvable {
+				return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+			}
+			return fwk.NewStatus(fwk.Unschedulable, reason)
+		}
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ type QGPU struct {
 	synced     []cache.InformerSynced
 	// workload is learned from the pods placed, for fgd and fragpack.
 	workload *workloadLearner
+	// scores carries Filter's scores to Score within a cycle.
+	scores scoreStash
 	// bindOnce and binds cache bindsItself.
 	bindOnce sync.Once
 	binds    bool

@@ -1,10 +1,13 @@
 package qgpu
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/qgpu-scheduler/qgpu/config/args"
@@ -62,4 +65,54 @@ func TestFragPackLearnsWorkload(t *testing.T) {
 	if w := p.workload.Load(); w == nil || w.Len() != 2 {
 		t.Fatalf("learned workload %v, want 2 shapes", w)
 	}
+}
+
+// Score answers from Filter's stash what it computes without one, for every
+// policy, class and size, on nodes filled by earlier pods.
+func TestStashedScoreIsScore(t *testing.T) {
+	ctx := context.Background()
+	for _, policy := range placement.Policies {
+		t.Run(string(policy), func(t *testing.T) {
+			p := newPlugin(t, &args.QGPUArgs{NodePolicy: string(policy), CardPolicy: string(policy)})
+			nodes := []*v1.Node{v100Node("a", 2, true), v100Node("b", 4, false), t4Node("c", 2, true)}
+			p.setNodes(nodes...)
+			for i := range 24 {
+				pod := benchMix(i)
+				cs := framework.NewCycleState()
+				if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+					t.Fatal(st)
+				}
+				for _, n := range nodes {
+					ni := nodeInfo(n)
+					if !p.Filter(ctx, cs, pod, ni).IsSuccess() {
+						continue
+					}
+					stashed, _ := p.Score(ctx, cs, pod, ni)
+					fresh := framework.NewCycleState()
+					p.PreFilter(ctx, fresh, pod, nil)
+					if got, _ := p.Score(ctx, fresh, pod, ni); got != stashed {
+						t.Fatalf("pod %d on %s: stashed score %d, computed %d", i, n.Name, stashed, got)
+					}
+				}
+				schedule(t, p, pod, nodes...)
+			}
+		})
+	}
+}
+
+// benchMix is a pod of each class and several sizes, by i.
+func benchMix(i int) *v1.Pod {
+	b := builders.GPUPod(fmt.Sprintf("p%d", i))
+	mem := []int64{2, 4, 6, 8}[i%4]
+	switch i % 5 {
+	case 0, 1:
+		b.General("c", mem, []int64{10, 25, 50}[i%3])
+	case 2:
+		b.General("c", 15, 100)
+	case 3:
+		b.Online("c", mem)
+	default:
+		b.Offline("c", mem, 30)
+	}
+	return b.Obj()
 }

@@ -11,22 +11,31 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
 
-// Score places the pod on a copy of the node's cards and scores the result
-// by the node policy (and, for online/offline pods, seed 000's preferences).
+// Score is the score Filter found for the node in this cycle (scoreStash);
+// otherwise it places the pod on a copy of the node's cards and scores that.
 func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(cs)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
+	if score, ok := p.scores.get(nodeInfo); ok {
+		return score, nil
+	}
 	var buf [cardBuf]ledger.Card
-	n := p.nodeCards(s, nodeInfo.Node().Name, buf[:0])
+	return p.evaluate(s, p.nodeCards(s, nodeInfo.Node().Name, buf[:0]), nodeInfo), nil
+}
+
+// evaluate scores the node by the node policy (and, for online/offline pods,
+// seed 000's preferences) after placing the pod on n.Cards, which it changes:
+// the caller passes a copy. A pod that does not fit scores 0.
+func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) int64 {
 	var choices [cardBuf]placement.Choice
 	env := p.env(s, nodeInfo)
 	_, score, reason := placement.Evaluate(n.Cards, n.Mixed, s.req, p.cardPolicy, p.nodePolicy, &env, choices[:0])
 	if reason != "" {
-		return 0, nil
+		return 0
 	}
-	return score, nil
+	return score
 }
 
 // ScoreExtensions implements framework.ScorePlugin.

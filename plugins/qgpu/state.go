@@ -17,6 +17,10 @@ type cycleState struct {
 	req *request.Request
 	// podCPU is the pod's CPU request, for the policies that weigh CPU.
 	podCPU int64
+	// fit is the pod's request of the qGPU resources that Filter checks in
+	// NodeResourcesFit's stead when ownsFit (see takeOverFit).
+	fit     fitRequest
+	ownsFit bool
 	// deltas are the pods that preemption simulates as added (+1) or removed
 	// (-1), per node. Set only on the clones the preemption evaluator makes.
 	deltas map[string][]delta
