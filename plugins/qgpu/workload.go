@@ -127,8 +127,13 @@ func podCPU(pod *v1.Pod) int64 {
 	return cpu
 }
 
-// env is what the policies see of a node besides its cards.
+// env is what the policies see of a node besides its cards; nothing for
+// binpack and spread, which do not look (reading the NodeInfo costs cache
+// misses on every node scored).
 func (p *QGPU) env(s *cycleState, ni fwk.NodeInfo) placement.Env {
+	if !p.nodePolicy.UsesEnv() && !p.cardPolicy.UsesEnv() {
+		return placement.Env{}
+	}
 	e := placement.Env{Workload: p.workload.Load(), PodCPU: s.podCPU}
 	if ni != nil && ni.Node() != nil {
 		e.CPUCap = ni.GetAllocatable().GetMilliCPU()

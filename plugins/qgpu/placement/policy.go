@@ -38,6 +38,10 @@ func (p Policy) Valid() bool {
 	return false
 }
 
+// UsesEnv reports whether the policy looks at the Env; binpack and spread
+// look at the cards only.
+func (p Policy) UsesEnv() bool { return p != Binpack && p != Spread }
+
 // fragAware reports whether the policy measures fragmentation.
 func (p Policy) fragAware() bool { return p == FGD || p == FragPack }
 
