@@ -22,10 +22,10 @@ const cardBuf = 16
 // Filter checks that every container of the pod finds a card on the node,
 // and the node-wide sums NodeResourcesFit leaves to it (takeOverFit). It
 // reads the ledger and the NodeInfo only: no API calls, no allocation on the
-// hot path. A pod of one container (the common case) is checked on the
-// ledger's cards in place, under the node's read lock, and where it fits,
-// scored there for Score (scoreStash); otherwise, and while preemption
-// simulates pods added or removed, it is checked on a copy.
+// hot path. A pod of one container (the common case) is placed on a copy
+// of the node's cards taken under the node's read lock, and scored there
+// for Score (scoreStash); other pods, and pods while preemption simulates
+// pods added or removed, are only placed, on a copy with the simulated pods.
 func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
@@ -39,13 +39,14 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 			if n.Invalid != "" {
 				return invalidReason(n.Invalid)
 			}
-			if reason := placement.FitReason(n.Cards, n.Mixed, s.req); reason != "" {
+			if reason := placement.Unfit(n.Cards, n.Mixed, s.req); reason != "" {
 				return reason
 			}
 			var buf [cardBuf]ledger.Card
 			n.Cards = append(buf[:0], n.Cards...)
-			score = p.evaluate(s, n, nodeInfo)
-			return ""
+			var reason string
+			score, reason = p.evaluate(s, n, nodeInfo)
+			return reason
 		})
 		if reason == "" {
 			p.scores.put(nodeInfo, score)

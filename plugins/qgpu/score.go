@@ -22,20 +22,22 @@ func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeIn
 		return score, nil
 	}
 	var buf [cardBuf]ledger.Card
-	return p.evaluate(s, p.nodeCards(s, nodeInfo.Node().Name, buf[:0]), nodeInfo), nil
+	score, _ := p.evaluate(s, p.nodeCards(s, nodeInfo.Node().Name, buf[:0]), nodeInfo)
+	return score, nil
 }
 
-// evaluate scores the node by the node policy (and, for online/offline pods,
-// seed 000's preferences) after placing the pod on n.Cards, which it changes:
-// the caller passes a copy. A pod that does not fit scores 0.
-func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) int64 {
+// evaluate places the pod on n.Cards, which it changes (the caller passes a
+// copy), and scores the node by the node policy (and, for online/offline
+// pods, seed 000's preferences). A pod that does not fit scores 0, with
+// PlaceIn's reason.
+func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) (int64, string) {
 	var choices [cardBuf]placement.Choice
 	env := p.env(s, nodeInfo)
 	_, score, reason := placement.Evaluate(n.Cards, n.Mixed, s.req, p.cardPolicy, p.nodePolicy, &env, choices[:0])
 	if reason != "" {
-		return 0
+		return 0, reason
 	}
-	return score
+	return score, ""
 }
 
 // ScoreExtensions implements framework.ScorePlugin.

@@ -37,7 +37,7 @@ func Place(cards []ledger.Card, mixed bool, req *request.Request, policy Policy,
 // PlaceIn is Place for policies that look beyond the cards (fgd: the
 // workload and the node's CPU). env may be nil for the others.
 func PlaceIn(cards []ledger.Card, mixed bool, req *request.Request, policy Policy, env *Env, out []Choice) ([]Choice, string) {
-	if reason := unfit(cards, mixed, req); reason != "" {
+	if reason := Unfit(cards, mixed, req); reason != "" {
 		return out, reason
 	}
 	if req.SharesOneCard() {
@@ -46,39 +46,10 @@ func PlaceIn(cards []ledger.Card, mixed bool, req *request.Request, policy Polic
 	return placeGeneral(cards, req, policy, env, out)
 }
 
-// FitReason is PlaceIn's answer ("" or a Reason) for a pod of one container,
-// found without choosing or changing anything, so that Filter can run it on
-// the ledger's own cards under the node's read lock instead of on a copy.
-// Whether one container fits does not depend on the policy. A pod of several
-// containers needs PlaceIn on a copy (each container changes what the next
-// one finds).
-func FitReason(cards []ledger.Card, mixed bool, req *request.Request) string {
-	if len(req.Containers) != 1 {
-		panic("placement.FitReason: a pod of several containers needs PlaceIn")
-	}
-	if reason := unfit(cards, mixed, req); reason != "" {
-		return reason
-	}
-	c := req.Containers[0]
-	switch {
-	case req.SharesOneCard():
-		if best, _, _ := chooseOneCard(cards, req); best < 0 {
-			return failReason(cards, req)
-		}
-	case c.Whole:
-		if wholeCards(cards, req, c) < c.Cards {
-			return ReasonWholeCards
-		}
-	default:
-		if bestShared(cards, req, c, Binpack, nil) < 0 {
-			return failReason(cards, req)
-		}
-	}
-	return ""
-}
-
-// unfit is the reason the node can take no card for req at all, or "".
-func unfit(cards []ledger.Card, mixed bool, req *request.Request) string {
+// Unfit is the reason the node can take no card for req at all, or "",
+// found without reading the cards beyond their models: Filter asks it before
+// it copies the cards for PlaceIn.
+func Unfit(cards []ledger.Card, mixed bool, req *request.Request) string {
 	switch {
 	case len(cards) == 0:
 		return ReasonNoCards
