@@ -14,6 +14,10 @@ const (
 	ResourceCoreGreedy = "tke.cloud.tencent.com/qgpu-core-greedy"
 )
 
+// Resources are the extended resources, in the order the scheduler keeps a
+// node's allocatable count of each (ledger.Node.Allocatable).
+var Resources = [...]string{ResourceMemory, ResourceCore, ResourceCoreGreedy}
+
 // Node labels.
 const (
 	LabelDeviceEnable   = "qgpu-device-enable"

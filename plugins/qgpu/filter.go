@@ -6,6 +6,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
@@ -33,46 +34,63 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	}
 	name := nodeInfo.Node().Name
 	var reason string
+	var alloc [len(protocol.Resources)]int64
 	if len(s.req.Containers) == 1 && len(s.deltas[name]) == 0 {
-		var score int64
-		reason = p.ledger.ReadNode(name, func(n ledger.Node) string {
-			if n.Invalid != "" {
-				return invalidReason(n.Invalid)
-			}
-			if reason := placement.Unfit(n.Cards, n.Mixed, s.req); reason != "" {
-				return reason
-			}
-			var buf [cardBuf]ledger.Card
-			n.Cards = append(buf[:0], n.Cards...)
-			var reason string
-			score, reason = p.evaluate(s, n, nodeInfo)
-			return reason
-		})
-		if reason == "" {
-			p.scores.put(nodeInfo, score)
-		}
+		reason, alloc = p.placeAndScore(s, name, nodeInfo)
 	} else {
-		var buf [cardBuf]ledger.Card
-		var choices [cardBuf]placement.Choice
-		n := p.nodeCards(s, name, buf[:0])
-		reason = invalidReason(n.Invalid)
-		if reason == "" {
-			env := p.env(s, nodeInfo)
-			_, reason = placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, &env, choices[:0])
+		reason, alloc = p.place(s, name, nodeInfo)
+	}
+	if reason == "" && s.ownsFit {
+		var unresolvable bool
+		if reason, unresolvable = s.fit.check(nodeInfo, &alloc); unresolvable {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 		}
 	}
 	if reason != "" {
 		return fwk.NewStatus(unschedulableCode(reason), reason)
 	}
-	if s.ownsFit {
-		if reason, unresolvable := s.fit.check(nodeInfo); reason != "" {
-			if unresolvable {
-				return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
-			}
-			return fwk.NewStatus(fwk.Unschedulable, reason)
-		}
-	}
 	return nil
+}
+
+// placeAndScore places a pod of one container on a copy of the node's cards
+// taken under its read lock, and stashes the node's score for Score. It
+// returns why the pod does not fit ("" if it does) and the node's
+// allocatable qGPU resources.
+func (p *QGPU) placeAndScore(s *cycleState, name string, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
+	var score int64
+	var alloc [len(protocol.Resources)]int64
+	reason := p.ledger.ReadNode(name, func(n ledger.Node) string {
+		alloc = n.Allocatable
+		if n.Invalid != "" {
+			return invalidReason(n.Invalid)
+		}
+		if reason := placement.Unfit(n.Cards, n.Mixed, s.req); reason != "" {
+			return reason
+		}
+		var buf [cardBuf]ledger.Card
+		n.Cards = append(buf[:0], n.Cards...)
+		var reason string
+		score, reason = p.evaluate(s, n, nodeInfo)
+		return reason
+	})
+	if reason == "" {
+		p.scores.put(nodeInfo, score)
+	}
+	return reason, alloc
+}
+
+// place places any pod on a copy of the node's cards with the pods
+// preemption simulates added or removed, as placeAndScore does, unscored.
+func (p *QGPU) place(s *cycleState, name string, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
+	var buf [cardBuf]ledger.Card
+	var choices [cardBuf]placement.Choice
+	n := p.nodeCards(s, name, buf[:0])
+	if reason := invalidReason(n.Invalid); reason != "" {
+		return reason, n.Allocatable
+	}
+	env := p.env(s, nodeInfo)
+	_, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, &env, choices[:0])
+	return reason, n.Allocatable
 }
 
 // invalidReason is Filter's constant reason for a node the ledger holds

@@ -16,23 +16,22 @@ import (
 // moves them out of NodeResourcesFit's PreFilter state into its own
 // (takeOverFit), and Filter compares them with the node's allocatable less
 // what is requested there, as NodeResourcesFit does, with its reasons
-// (fitRequest.check). The check stays: a node whose agent's device plugins
+// (fitRequest.check). The allocatable counts come from the ledger, which
+// keeps them from the same Node objects, under the lock Filter takes anyway. The check stays: a node whose agent's device plugins
 // are gone has none of them allocatable, whatever its cards' inventory says.
 //
 // NodeResourcesFit's PreFilter must run first, as it does in the shipped
 // profiles (QGPU is enabled after the default plugins). Otherwise its state
 // is not there yet, nothing moves, and NodeResourcesFit checks as before.
 
-// qgpuResources are the resources QGPU takes over, in fitRequest's order.
-var qgpuResources = [...]v1.ResourceName{protocol.ResourceMemory, protocol.ResourceCore, protocol.ResourceCoreGreedy}
-
-// insufficient are NodeResourcesFit's reasons for qgpuResources, constant so
-// that Filter does not allocate them.
-var insufficient = [...]string{
-	"Insufficient " + protocol.ResourceMemory,
-	"Insufficient " + protocol.ResourceCore,
-	"Insufficient " + protocol.ResourceCoreGreedy,
-}
+// insufficient are NodeResourcesFit's reasons for protocol.Resources,
+// constant so that Filter does not allocate them.
+var insufficient = func() (r [len(protocol.Resources)]string) {
+	for i, name := range protocol.Resources {
+		r[i] = "Insufficient " + name
+	}
+	return r
+}()
 
 // fitStateKey is where NodeResourcesFit's PreFilter keeps the pod's requests.
 const fitStateKey fwk.StateKey = "PreFilter" + names.NodeResourcesFit
@@ -43,9 +42,9 @@ type scalarRequests interface {
 	GetScalarResources() map[v1.ResourceName]int64
 }
 
-// fitRequest is the pod's request of each of qgpuResources, as
+// fitRequest is the pod's request of each of protocol.Resources, as
 // NodeResourcesFit computed it (init containers and pod overhead included).
-type fitRequest [len(qgpuResources)]int64
+type fitRequest [len(protocol.Resources)]int64
 
 // takeOverFit moves the qGPU resources out of NodeResourcesFit's state. It
 // returns false, moving nothing, when that state is not there.
@@ -60,26 +59,28 @@ func takeOverFit(cs fwk.CycleState) (fitRequest, bool) {
 		return r, false
 	}
 	m := s.GetScalarResources()
-	for i, name := range qgpuResources {
-		r[i] = m[name]
-		delete(m, name)
+	for i, name := range protocol.Resources {
+		r[i] = m[v1.ResourceName(name)]
+		delete(m, v1.ResourceName(name))
 	}
 	return r, true
 }
 
-// check is NodeResourcesFit's check of the qGPU resources on one node: the
-// reason of the first one short, and whether removing pods cannot help (the
-// node has less than the pod asks for at all); "" when all fit.
-func (r *fitRequest) check(ni fwk.NodeInfo) (reason string, unresolvable bool) {
-	alloc := ni.GetAllocatable().GetScalarResources()
-	used := ni.GetRequested().GetScalarResources()
+// check is NodeResourcesFit's check of the qGPU resources on one node, with
+// alloc the node's allocatable (ledger.Node.Allocatable): the reason of the
+// first one short, and whether removing pods cannot help (the node has less
+// than the pod asks for at all); "" when all fit.
+func (r *fitRequest) check(ni fwk.NodeInfo, alloc *[len(protocol.Resources)]int64) (reason string, unresolvable bool) {
+	var used map[v1.ResourceName]int64
 	for i, q := range r {
 		if q == 0 {
 			continue
 		}
-		name := qgpuResources[i]
-		if q > alloc[name]-used[name] {
-			return insufficient[i], q > alloc[name]
+		if used == nil {
+			used = ni.GetRequested().GetScalarResources()
+		}
+		if q > alloc[i]-used[v1.ResourceName(protocol.Resources[i])] {
+			return insufficient[i], q > alloc[i]
 		}
 	}
 	return "", false

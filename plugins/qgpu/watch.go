@@ -58,6 +58,12 @@ func tombstone[T any](obj any) (T, bool) {
 // setNode reads a node's inventory into the ledger. A qGPU node without a
 // valid inventory has no cards; the reason goes to an event on the node.
 func (p *QGPU) setNode(ctx context.Context, node *v1.Node) {
+	var alloc [len(protocol.Resources)]int64
+	for i, name := range protocol.Resources {
+		q := node.Status.Allocatable[v1.ResourceName(name)]
+		alloc[i] = q.Value()
+	}
+	p.ledger.SetAllocatable(node.Name, alloc)
 	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
 		p.ledger.SetNode(node.Name, nil, ReasonNotQGPUNode, false)
 		return

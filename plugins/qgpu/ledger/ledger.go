@@ -23,6 +23,10 @@ type Node struct {
 	Invalid string
 	Mixed   bool
 	Cards   []Card
+	// Allocatable is the node's allocatable count of each of
+	// protocol.Resources, as its Node object says: what the agent's device
+	// plugins offer (SetAllocatable).
+	Allocatable [len(protocol.Resources)]int64
 }
 
 type nodeState struct {
@@ -107,6 +111,14 @@ func (n *nodeState) recompute() {
 	for _, h := range n.pods {
 		h.ApplyTo(n.node.Cards, 1)
 	}
+}
+
+// SetAllocatable records the node's allocatable qGPU resources.
+func (l *Ledger) SetAllocatable(name string, alloc [len(protocol.Resources)]int64) {
+	n := l.state(name, true)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.node.Allocatable = alloc
 }
 
 // RemoveNode forgets a node's cards; its holdings stay until their pods go.

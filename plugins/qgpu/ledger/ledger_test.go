@@ -493,6 +493,21 @@ func TestRemoveNode(t *testing.T) {
 	}
 }
 
+// The allocatable counts survive a new inventory and go with the node.
+func TestSetAllocatable(t *testing.T) {
+	l := New(0)
+	want := [len(protocol.Resources)]int64{32, 100, 100}
+	l.SetAllocatable("n1", want)
+	l.SetNode("n1", inventory(cards(1, 32)...), "", false)
+	if got := copyNode(t, l, "n1").Allocatable; got != want {
+		t.Errorf("Allocatable = %v, want %v", got, want)
+	}
+	l.RemoveNode("n1")
+	if got := copyNode(t, l, "n1").Allocatable; got != ([len(protocol.Resources)]int64{}) {
+		t.Errorf("Allocatable after RemoveNode = %v, want none", got)
+	}
+}
+
 // checkCards asserts DESIGN §3 on a node's cards.
 func checkCards(node string, cs []Card) error {
 	for _, c := range cs {
