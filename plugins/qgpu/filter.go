@@ -59,7 +59,7 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 func (p *QGPU) placeAndScore(s *cycleState, name string, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
 	var score int64
 	var alloc [len(protocol.Resources)]int64
-	reason := p.ledger.ReadNode(name, func(n ledger.Node) string {
+	reason := p.refs.get(p.ledger, nodeInfo, name).Read(func(n ledger.Node) string {
 		alloc = n.Allocatable
 		if n.Invalid != "" {
 			return invalidReason(n.Invalid)

@@ -32,6 +32,8 @@ type QGPU struct {
 	workload *workloadLearner
 	// scores carries Filter's scores to Score within a cycle.
 	scores scoreStash
+	// refs finds Filter's nodes in the ledger without their names.
+	refs nodeRefs
 	// bindOnce and binds cache bindsItself.
 	bindOnce sync.Once
 	binds    bool

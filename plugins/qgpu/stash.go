@@ -2,7 +2,6 @@ package qgpu
 
 import (
 	"sync"
-	"unsafe"
 
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -69,8 +68,7 @@ func (st *scoreStash) get(ni fwk.NodeInfo) (int64, bool) {
 	return score, ok
 }
 
-// shard picks a shard from the NodeInfo's address (used as a number only).
+// shard picks a shard from the NodeInfo's address.
 func (st *scoreStash) shard(key *framework.NodeInfo) *stashShard {
-	a := uintptr(unsafe.Pointer(key))
-	return &st.shards[(a>>6^a>>12)%stashShards]
+	return &st.shards[slotOf(key)%stashShards]
 }

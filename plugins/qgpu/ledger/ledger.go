@@ -151,13 +151,29 @@ func (l *Ledger) CopyNode(name string, buf []Card) (Node, bool) {
 // copy: read must not change or keep the cards. An unknown node reads as a
 // node without cards.
 func (l *Ledger) ReadNode(name string, read func(Node) string) string {
-	n := l.state(name, false)
-	if n == nil {
+	return l.Ref(name).Read(read)
+}
+
+// Ref is a node's entry in the ledger, for a caller that finds a node once
+// and reads it often (the scheduler plugin keeps one per NodeInfo): an entry
+// stays its node's for the ledger's life, as RemoveNode empties it and
+// nothing drops it. The zero Ref is a node never seen.
+type Ref struct{ n *nodeState }
+
+// Ref finds a node's entry.
+func (l *Ledger) Ref(name string) Ref { return Ref{l.state(name, false)} }
+
+// Known reports whether the ledger had an entry for the node.
+func (r Ref) Known() bool { return r.n != nil }
+
+// Read is ReadNode on the entry.
+func (r Ref) Read(read func(Node) string) string {
+	if r.n == nil {
 		return read(Node{})
 	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return read(n.node)
+	r.n.mu.RLock()
+	defer r.n.mu.RUnlock()
+	return read(r.n.node)
 }
 
 // Reserve chooses and records a pod's slices atomically: choose runs under the
