@@ -12,11 +12,14 @@ import (
 )
 
 // EventsToRegister: a qGPU pod leaving a node (deleted or finished) frees
-// slices; a node gaining or changing its qGPU inventory or labels may add cards.
+// slices, or at least the qGPU resources it requested there; a node gaining
+// or changing its qGPU inventory, labels or allocatable qGPU resources (its
+// agent's device plugins registering again) may add room.
 func (p *QGPU) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.isSchedulableAfterPodDeleted},
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation}, QueueingHintFn: p.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeAllocatable},
+			QueueingHintFn: p.isSchedulableAfterNodeChange},
 	}, nil
 }
 
@@ -29,8 +32,8 @@ func (p *QGPU) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, old
 		logger.V(5).Info("pod deleted before binding holds no slices", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
-	if _, assigned := gone.Annotations[protocol.AnnotationAssignment]; !assigned {
-		logger.V(5).Info("deleted pod held no qGPU slices", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
+	if _, assigned := gone.Annotations[protocol.AnnotationAssignment]; !assigned && !asksQGPU(gone) {
+		logger.V(5).Info("deleted pod held no qGPU resources", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
 	// The informer calls the queue's handler and the ledger's handler in
@@ -53,8 +56,9 @@ func (p *QGPU) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, old
 	old, _ := oldObj.(*v1.Node)
 	if old != nil && old.Annotations[protocol.AnnotationInventory] == node.Annotations[protocol.AnnotationInventory] &&
 		old.Labels[protocol.LabelDeviceEnable] == node.Labels[protocol.LabelDeviceEnable] &&
-		old.Labels[protocol.LabelMixedEnable] == node.Labels[protocol.LabelMixedEnable] {
-		logger.V(5).Info("node's qGPU inventory and labels did not change", "pod", klog.KObj(pod), "node", klog.KObj(node))
+		old.Labels[protocol.LabelMixedEnable] == node.Labels[protocol.LabelMixedEnable] &&
+		!allocatableGrew(old, node) {
+		logger.V(5).Info("node's qGPU inventory, labels and allocatable did not change", "pod", klog.KObj(pod), "node", klog.KObj(node))
 		return fwk.QueueSkip, nil
 	}
 	if req, err := request.Parse(pod); err == nil && req != nil && req.Class != protocol.ClassGeneral &&
@@ -66,4 +70,32 @@ func (p *QGPU) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, old
 	// retry, whichever informer handler runs first.
 	p.setNode(klog.NewContext(context.Background(), logger), node)
 	return fwk.Queue, nil
+}
+
+// allocatableGrew reports whether the node offers more of a qGPU resource.
+func allocatableGrew(old, node *v1.Node) bool {
+	for _, name := range protocol.Resources {
+		was, now := old.Status.Allocatable[v1.ResourceName(name)], node.Status.Allocatable[v1.ResourceName(name)]
+		if now.Cmp(was) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// asksQGPU reports whether any container of the pod asks for a qGPU resource.
+func asksQGPU(pod *v1.Pod) bool {
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			for _, name := range protocol.Resources {
+				if _, ok := cs[i].Resources.Requests[v1.ResourceName(name)]; ok {
+					return true
+				}
+				if _, ok := cs[i].Resources.Limits[v1.ResourceName(name)]; ok {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

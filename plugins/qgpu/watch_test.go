@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -80,6 +81,12 @@ func TestQueueingHints(t *testing.T) {
 	notGPU := t4Node("n1", 1, true)
 	notGPU.Labels = map[string]string{}
 	grown := t4Node("n1", 2, true)
+	foreign := builders.GPUPod("foreign").General("c", 4, 10).Obj()
+	foreign.Spec.NodeName = "n1"
+	plain := builders.GPUPod("plain").Container("c", nil).Obj()
+	plain.Spec.NodeName = "n1"
+	pluginsGone := mixed.DeepCopy()
+	pluginsGone.Status.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse("8")}
 	tests := []struct {
 		name     string
 		fn       fwk.QueueingHintFn
@@ -89,7 +96,11 @@ func TestQueueingHints(t *testing.T) {
 		{"qGPU pod deleted from a node", p.isSchedulableAfterPodDeleted, held, nil, fwk.Queue},
 		{"unbound pod deleted", p.isSchedulableAfterPodDeleted, unbound, nil, fwk.QueueSkip},
 		{"pod without assignment deleted", p.isSchedulableAfterPodDeleted, builders.GPUPod("x").Container("c", nil).Obj(), nil, fwk.QueueSkip},
+		{"bound pod without assignment asking for qGPU deleted", p.isSchedulableAfterPodDeleted, foreign, nil, fwk.Queue},
+		{"bound pod asking for no qGPU deleted", p.isSchedulableAfterPodDeleted, plain, nil, fwk.QueueSkip},
 		{"new mixed qGPU node", p.isSchedulableAfterNodeChange, nil, mixed, fwk.Queue},
+		{"device plugins registered again", p.isSchedulableAfterNodeChange, pluginsGone, mixed, fwk.Queue},
+		{"device plugins gone", p.isSchedulableAfterNodeChange, mixed, pluginsGone, fwk.QueueSkip},
 		{"new node without the label", p.isSchedulableAfterNodeChange, nil, notGPU, fwk.QueueSkip},
 		{"online pod, node not mixed", p.isSchedulableAfterNodeChange, nil, plainGPU, fwk.QueueSkip},
 		{"inventory unchanged", p.isSchedulableAfterNodeChange, mixed, mixed.DeepCopy(), fwk.QueueSkip},
