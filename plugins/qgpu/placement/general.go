@@ -140,17 +140,6 @@ func placeWhole(cards []ledger.Card, req *request.Request, ci int, _ Policy, out
 	return out, ""
 }
 
-// wholeCards counts the cards a whole-card container could take.
-func wholeCards(cards []ledger.Card, req *request.Request, c request.Container) int {
-	n := 0
-	for i := range cards {
-		if takesWhole(&cards[i], req, c) {
-			n++
-		}
-	}
-	return n
-}
-
 // takesWhole reports whether the whole-card container c can take card.
 func takesWhole(card *ledger.Card, req *request.Request, c request.Container) bool {
 	return card.Empty() && req.MatchesModel(card.Model) &&
