@@ -25,8 +25,8 @@ const stashShards = 16
 type stashShard struct {
 	mu     sync.Mutex
 	scores map[*framework.NodeInfo]int64
-	// pad keeps two shards off one cache line.
-	_ [40]byte
+	// pad fills the shard's 64-byte cache line, so that two shards never share one.
+	_ [48]byte
 }
 
 // reset forgets the last cycle's scores, keeping the maps' room.
