@@ -27,7 +27,7 @@ func FuzzAssignmentReading(f *testing.F) {
 		}
 		_, _ = GrantOf(pod)
 		never := func(string, string, string) bool { return false }
-		for _, r := range Resources {
+		for _, r := range protocol.Resources {
 			if c, err := Match(testNode, []*v1.Pod{pod}, never, nil, r, n); err == nil && Amount(a.Class, c.Container, r) != n {
 				t.Fatalf("matched a container that does not hold %d of %s", n, r)
 			}

@@ -14,9 +14,6 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// Resources are the qGPU resources the agent serves, in the order a grant lists them.
-var Resources = []string{protocol.ResourceMemory, protocol.ResourceCore, protocol.ResourceCoreGreedy}
-
 // Amount is what container c of an assignment of class holds of resource:
 // memory for every class, qgpu-core for general pods, qgpu-core-greedy for
 // offline pods. 0 means the container does not ask for the resource.
@@ -182,7 +179,7 @@ func sortPods(pods []*eligible, granted Granted) {
 func grantCount(e *eligible, granted Granted) (int, int) {
 	g, all := 0, 0
 	for _, c := range containerOrder(e.pod, e.assignment) {
-		for _, r := range Resources {
+		for _, r := range protocol.Resources {
 			if Amount(e.assignment.Class, c, r) == 0 {
 				continue
 			}

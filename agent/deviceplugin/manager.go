@@ -31,7 +31,7 @@ type Manager struct {
 // NewManager returns the plugins of all qGPU resources in dir, with cards' devices.
 func NewManager(dir string, cards []protocol.Card, alloc Allocator) *Manager {
 	m := &Manager{Dir: dir}
-	for _, r := range []string{protocol.ResourceMemory, protocol.ResourceCore, protocol.ResourceCoreGreedy} {
+	for _, r := range protocol.Resources {
 		p := NewPlugin(r, filepath.Join(dir, SocketNames[r]), alloc)
 		p.SetDevices(Devices(r, cards))
 		m.Plugins = append(m.Plugins, p)

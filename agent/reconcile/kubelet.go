@@ -8,8 +8,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
-	"github.com/qgpu-scheduler/qgpu/agent/allocate"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
 // holder is a (container, resource) as the kubelet reports it.
@@ -97,7 +97,7 @@ func containerHolders(pod *v1.Pod, c *podresourcesapi.ContainerResources) []hold
 	var out []holder
 	index := map[string]int{}
 	for _, d := range c.Devices {
-		if !slices.Contains(allocate.Resources, d.ResourceName) || len(d.DeviceIds) == 0 {
+		if !slices.Contains(protocol.Resources[:], d.ResourceName) || len(d.DeviceIds) == 0 {
 			continue
 		}
 		i, ok := index[d.ResourceName]

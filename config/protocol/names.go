@@ -14,8 +14,9 @@ const (
 	ResourceCoreGreedy = "tke.cloud.tencent.com/qgpu-core-greedy"
 )
 
-// Resources are the extended resources, in the order the scheduler keeps a
-// node's allocatable count of each (ledger.Node.Allocatable).
+// Resources are the extended resources, in the order the agent serves them
+// and a grant lists them, and the scheduler keeps a node's allocatable count
+// of each (ledger.Node.Allocatable).
 var Resources = [...]string{ResourceMemory, ResourceCore, ResourceCoreGreedy}
 
 // Node labels.

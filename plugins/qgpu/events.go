@@ -32,7 +32,7 @@ func (p *QGPU) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, old
 		logger.V(5).Info("pod deleted before binding holds no slices", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
-	if _, assigned := gone.Annotations[protocol.AnnotationAssignment]; !assigned && !asksQGPU(gone) {
+	if _, assigned := gone.Annotations[protocol.AnnotationAssignment]; !assigned && !request.Asks(gone) {
 		logger.V(5).Info("deleted pod held no qGPU resources", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
@@ -78,23 +78,6 @@ func allocatableGrew(old, node *v1.Node) bool {
 		was, now := old.Status.Allocatable[v1.ResourceName(name)], node.Status.Allocatable[v1.ResourceName(name)]
 		if now.Cmp(was) > 0 {
 			return true
-		}
-	}
-	return false
-}
-
-// asksQGPU reports whether any container of the pod asks for a qGPU resource.
-func asksQGPU(pod *v1.Pod) bool {
-	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
-		for i := range cs {
-			for _, name := range protocol.Resources {
-				if _, ok := cs[i].Resources.Requests[v1.ResourceName(name)]; ok {
-					return true
-				}
-				if _, ok := cs[i].Resources.Limits[v1.ResourceName(name)]; ok {
-					return true
-				}
-			}
 		}
 	}
 	return false

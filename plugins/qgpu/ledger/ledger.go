@@ -147,13 +147,6 @@ func (l *Ledger) CopyNode(name string, buf []Card) (Node, bool) {
 	return out, n.known
 }
 
-// ReadNode calls read with the node's state under its read lock, without a
-// copy: read must not change or keep the cards. An unknown node reads as a
-// node without cards.
-func (l *Ledger) ReadNode(name string, read func(Node) string) string {
-	return l.Ref(name).Read(read)
-}
-
 // Ref is a node's entry in the ledger, for a caller that finds a node once
 // and reads it often (the scheduler plugin keeps one per NodeInfo): an entry
 // stays its node's for the ledger's life, as RemoveNode empties it and
@@ -166,7 +159,9 @@ func (l *Ledger) Ref(name string) Ref { return Ref{l.state(name, false)} }
 // Known reports whether the ledger had an entry for the node.
 func (r Ref) Known() bool { return r.n != nil }
 
-// Read is ReadNode on the entry.
+// Read calls read with the node's state under its read lock, without a
+// copy: read must not change or keep the cards. A node never seen reads as a
+// node without cards.
 func (r Ref) Read(read func(Node) string) string {
 	if r.n == nil {
 		return read(Node{})

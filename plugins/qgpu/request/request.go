@@ -133,8 +133,22 @@ func checkNoWholeGPU(pod *v1.Pod) error {
 // ResourceWholeGPU is the whole-card resource of NVIDIA's device plugin.
 const ResourceWholeGPU v1.ResourceName = "nvidia.com/gpu"
 
+// Asks reports whether any container of the pod, init containers included,
+// names a qGPU resource, valid or not: such a pod holds those resources on
+// its node in kube-scheduler's accounting.
+func Asks(pod *v1.Pod) bool {
+	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if _, ok := firstQGPUResource(&cs[i]); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func firstQGPUResource(c *v1.Container) (string, bool) {
-	for _, name := range []string{protocol.ResourceMemory, protocol.ResourceCore, protocol.ResourceCoreGreedy} {
+	for _, name := range protocol.Resources {
 		if _, ok := quantity(c, name); ok {
 			return name, true
 		}

@@ -374,3 +374,26 @@ func TestSharesOneCard(t *testing.T) {
 		})
 	}
 }
+
+// Asks sees any qGPU resource, in requests or limits, in any container.
+func TestAsks(t *testing.T) {
+	tests := []struct {
+		name string
+		pod  *v1.Pod
+		want bool
+	}{
+		{"none", makePod("p", "", ctr("c", res{"cpu": "1"})), false},
+		{"whole gpu only", makePod("p", "", ctr("c", res{"nvidia.com/gpu": "1"})), false},
+		{"memory", makePod("p", "", ctr("a", nil), ctr("b", res{mem: "4"})), true},
+		{"greedy in limits only", makePod("p", "offline", ctrRL("c", nil, res{greedy: "20"})), true},
+		{"core in requests only", makePod("p", "", ctrRL("c", res{core: "20"}, nil)), true},
+		{"init container (invalid, still counted)", withInit(makePod("p", "", ctr("c", nil)), ctr("i", res{mem: "1"})), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Asks(tt.pod); got != tt.want {
+				t.Errorf("Asks = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
