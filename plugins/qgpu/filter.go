@@ -35,14 +35,16 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	name := nodeInfo.Node().Name
 	var reason string
 	var alloc [len(protocol.Resources)]int64
+	var node found
 	if len(s.req.Containers) == 1 && len(s.deltas[name]) == 0 {
-		reason, alloc = p.placeAndScore(s, name, nodeInfo)
+		node = p.refs.get(p.ledger, nodeInfo, name)
+		reason, alloc = p.placeAndScore(s, node.Ref, nodeInfo)
 	} else {
 		reason, alloc = p.place(s, name, nodeInfo)
 	}
-	if reason == "" && s.ownsFit {
+	if reason == "" && s.ownsFit && s.fit != (fitRequest{}) {
 		var unresolvable bool
-		if reason, unresolvable = s.fit.check(nodeInfo, &alloc); unresolvable {
+		if reason, unresolvable = s.fit.check(node.requested(nodeInfo), alloc); unresolvable {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 		}
 	}
@@ -56,10 +58,10 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 // taken under its read lock, and stashes the node's score for Score. It
 // returns why the pod does not fit ("" if it does) and the node's
 // allocatable qGPU resources.
-func (p *QGPU) placeAndScore(s *cycleState, name string, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
+func (p *QGPU) placeAndScore(s *cycleState, ref ledger.Ref, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
 	var score int64
 	var alloc [len(protocol.Resources)]int64
-	reason := p.refs.get(p.ledger, nodeInfo, name).Read(func(n ledger.Node) string {
+	reason := ref.Read(func(n ledger.Node) string {
 		alloc = n.Allocatable
 		if n.Invalid != "" {
 			return invalidReason(n.Invalid)

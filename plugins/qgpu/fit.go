@@ -68,19 +68,13 @@ func takeOverFit(cs fwk.CycleState) (fitRequest, bool) {
 }
 
 // check is NodeResourcesFit's check of the qGPU resources on one node, with
-// alloc the node's allocatable (ledger.Node.Allocatable): the reason of the
-// first one short, and whether removing pods cannot help (the node has less
-// than the pod asks for at all); "" when all fit.
-func (r *fitRequest) check(ni fwk.NodeInfo, alloc *[len(protocol.Resources)]int64) (reason string, unresolvable bool) {
-	var used map[v1.ResourceName]int64
+// alloc the node's allocatable (ledger.Node.Allocatable) and used what its
+// pods request (found.requested): the reason of the first one short, and
+// whether removing pods cannot help (the node has less than the pod asks for
+// at all); "" when all fit.
+func (r *fitRequest) check(used, alloc [len(protocol.Resources)]int64) (reason string, unresolvable bool) {
 	for i, q := range r {
-		if q == 0 {
-			continue
-		}
-		if used == nil {
-			used = ni.GetRequested().GetScalarResources()
-		}
-		if q > alloc[i]-used[v1.ResourceName(protocol.Resources[i])] {
+		if q > 0 && q > alloc[i]-used[i] {
 			return insufficient[i], q > alloc[i]
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 )
 
@@ -30,6 +32,53 @@ type nodeRefs struct {
 type nodeRef struct {
 	ni  *framework.NodeInfo
 	ref ledger.Ref
+	// requested caches what the NodeInfo's pods request of
+	// protocol.Resources, for the generation of the NodeInfo it was read at.
+	requested atomic.Pointer[requested]
+}
+
+// requested is what a node's pods request of protocol.Resources, read from
+// its NodeInfo at one generation. kube-scheduler gives a NodeInfo a new
+// generation whenever it changes (a pod added or removed, the node updated),
+// so an equal generation is the same requests, and Filter reads no map of
+// the NodeInfo (long resource names compared in maps that hold every
+// extended resource the node's pods ever asked for) on the nodes that did
+// not change since the last cycle: nearly all of them.
+type requested struct {
+	generation int64
+	sums       [len(protocol.Resources)]int64
+}
+
+// found is what the table answers for a NodeInfo: the node's ledger entry,
+// and the table's entry for the NodeInfo (nil when the table does not hold
+// it).
+type found struct {
+	ledger.Ref
+	entry *nodeRef
+}
+
+// requested is what the pods on ni, the NodeInfo f was found for, request of
+// protocol.Resources.
+func (f found) requested(ni fwk.NodeInfo) [len(protocol.Resources)]int64 {
+	if f.entry == nil {
+		return requestedOf(ni)
+	}
+	gen := ni.GetGeneration()
+	if r := f.entry.requested.Load(); r != nil && r.generation == gen {
+		return r.sums
+	}
+	r := &requested{generation: gen, sums: requestedOf(ni)}
+	f.entry.requested.Store(r)
+	return r.sums
+}
+
+// requestedOf reads what the pods on ni request of protocol.Resources.
+func requestedOf(ni fwk.NodeInfo) (sums [len(protocol.Resources)]int64) {
+	m := ni.GetRequested().GetScalarResources()
+	for i, name := range protocol.Resources {
+		sums[i] = m[v1.ResourceName(name)]
+	}
+	return sums
 }
 
 const (
@@ -38,11 +87,11 @@ const (
 	nodeRefProbes = 8
 )
 
-// get is the ledger's entry for the node of ni, named name.
-func (c *nodeRefs) get(l *ledger.Ledger, ni fwk.NodeInfo, name string) ledger.Ref {
+// get finds the ledger's entry for the node of ni, named name.
+func (c *nodeRefs) get(l *ledger.Ledger, ni fwk.NodeInfo, name string) found {
 	key, ok := ni.(*framework.NodeInfo)
 	if !ok {
-		return l.Ref(name)
+		return found{Ref: l.Ref(name)}
 	}
 	h := slotOf(key)
 	for i := range nodeRefProbes {
@@ -51,19 +100,21 @@ func (c *nodeRefs) get(l *ledger.Ledger, ni fwk.NodeInfo, name string) ledger.Re
 			break
 		}
 		if e.ni == key {
-			return e.ref
+			return found{e.ref, e}
 		}
 	}
 	ref := l.Ref(name)
-	if ref.Known() {
-		c.add(&nodeRef{ni: key, ref: ref}, h)
+	if !ref.Known() {
+		return found{Ref: ref}
 	}
-	return ref
+	e := &nodeRef{ni: key, ref: ref}
+	return found{ref, c.add(e, h)}
 }
 
-// add claims the first free slot of e's probe sequence; when they are all
-// taken, e stays uncached.
-func (c *nodeRefs) add(e *nodeRef, h int) {
+// add claims the first free slot of e's probe sequence and returns the
+// table's entry for e's NodeInfo: e, or the one another goroutine added
+// first; nil when all slots are taken and e stays uncached.
+func (c *nodeRefs) add(e *nodeRef, h int) *nodeRef {
 	if c.taken.Load() >= nodeRefSlots/4*3 {
 		c.reset()
 	}
@@ -71,12 +122,13 @@ func (c *nodeRefs) add(e *nodeRef, h int) {
 		slot := &c.slots[(h+i)%nodeRefSlots]
 		if slot.CompareAndSwap(nil, e) {
 			c.taken.Add(1)
-			return
+			return e
 		}
 		if other := slot.Load(); other != nil && other.ni == e.ni {
-			return
+			return other
 		}
 	}
+	return nil
 }
 
 // reset empties the table. Lookups meanwhile miss and look the name up.

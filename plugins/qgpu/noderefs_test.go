@@ -7,9 +7,12 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/test/builders"
 )
 
 // namedNodes is a ledger whose n nodes each read as their own name (their
@@ -26,7 +29,7 @@ func namedNodes(n int) (*ledger.Ledger, []*framework.NodeInfo) {
 	return l, nis
 }
 
-func readName(r ledger.Ref) string { return r.Read(func(n ledger.Node) string { return n.Invalid }) }
+func readName(f found) string { return f.Read(func(n ledger.Node) string { return n.Invalid }) }
 
 // Every NodeInfo finds its own node, first by name and then from the table,
 // also after the table started over, and a node the ledger has not seen yet
@@ -79,5 +82,49 @@ func TestNodeRefsConcurrent(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+}
+
+// What a node's pods request is read again once its NodeInfo changed, and
+// served from the table's entry while it has not.
+func TestNodeRefsRequestedFollowsGeneration(t *testing.T) {
+	l, nis := namedNodes(1)
+	ni := nis[0]
+	var c nodeRefs
+	pod := func(name string, mem, cores int64) *v1.Pod {
+		return builders.GPUPod(name).General("c", mem, cores).Obj()
+	}
+	want := func(step string, mem, cores int64) {
+		t.Helper()
+		f := c.get(l, ni, ni.Node().Name)
+		if f.entry == nil {
+			t.Fatalf("%s: the table does not hold the NodeInfo", step)
+		}
+		got := f.requested(ni)
+		if got != [len(protocol.Resources)]int64{mem, cores, 0} {
+			t.Errorf("%s: requested %v, want memory %d core %d", step, got, mem, cores)
+		}
+	}
+	want("empty node", 0, 0)
+	ni.AddPod(pod("a", 8, 25))
+	want("one pod added", 8, 25)
+	want("unchanged", 8, 25)
+	ni.AddPod(pod("b", 4, 10))
+	want("second pod added", 12, 35)
+	if err := ni.RemovePod(klog.Background(), pod("a", 8, 25)); err != nil {
+		t.Fatal(err)
+	}
+	want("first pod removed", 4, 10)
+
+	// A stale cache would show here: the entry holds the old generation's sums.
+	f := c.get(l, ni, ni.Node().Name)
+	stale := f.entry.requested.Load()
+	ni.AddPod(pod("c", 2, 5))
+	if got := f.requested(ni); got == stale.sums {
+		t.Errorf("requested %v after a pod was added, the sums of the generation before", got)
+	}
+	// Without a table entry it reads the NodeInfo every time.
+	if got := (found{}).requested(ni); got != [len(protocol.Resources)]int64{6, 15, 0} {
+		t.Errorf("uncached requested %v, want [6 15 0]", got)
 	}
 }
