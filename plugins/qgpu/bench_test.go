@@ -50,11 +50,12 @@ func BenchmarkExtensionPoints(b *testing.B) {
 				p.Score(ctx, cs, pod, ni)
 			}
 		})
-		p.scores.reset()
+		unstashed := framework.NewCycleState()
+		p.PreFilter(ctx, unstashed, pod, nil)
 		b.Run(fmt.Sprintf("Score/unstashed/pods=%d", held), func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				p.Score(ctx, cs, pod, ni)
+				p.Score(ctx, unstashed, pod, ni)
 			}
 		})
 	}

@@ -38,7 +38,7 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	var node found
 	if len(s.req.Containers) == 1 && len(s.deltas[name]) == 0 {
 		node = p.refs.get(p.ledger, nodeInfo, name)
-		reason, alloc = p.placeAndScore(s, node.Ref, nodeInfo)
+		reason, alloc = p.placeAndScore(s, node, nodeInfo)
 	} else {
 		reason, alloc = p.place(s, name, nodeInfo)
 	}
@@ -55,13 +55,13 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 }
 
 // placeAndScore places a pod of one container on a copy of the node's cards
-// taken under its read lock, and stashes the node's score for Score. It
-// returns why the pod does not fit ("" if it does) and the node's
-// allocatable qGPU resources.
-func (p *QGPU) placeAndScore(s *cycleState, ref ledger.Ref, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
+// taken under its read lock, and stashes the node's score for Score when the
+// table holds the node. It returns why the pod does not fit ("" if it does)
+// and the node's allocatable qGPU resources.
+func (p *QGPU) placeAndScore(s *cycleState, node found, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
 	var score int64
 	var alloc [len(protocol.Resources)]int64
-	reason := ref.Read(func(n ledger.Node) string {
+	reason := node.Read(func(n ledger.Node) string {
 		alloc = n.Allocatable
 		if n.Invalid != "" {
 			return invalidReason(n.Invalid)
@@ -75,8 +75,8 @@ func (p *QGPU) placeAndScore(s *cycleState, ref ledger.Ref, nodeInfo fwk.NodeInf
 		score, reason = p.evaluate(s, n, nodeInfo)
 		return reason
 	})
-	if reason == "" {
-		p.scores.put(nodeInfo, score)
+	if reason == "" && node.entry != nil {
+		node.entry.stash(s.cycle, score)
 	}
 	return reason, alloc
 }

@@ -4,7 +4,6 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -20,34 +19,38 @@ import (
 // updates it in place, by name), and an entry keeps its NodeInfo reachable,
 // so no other node's NodeInfo can take its address while it is cached.
 //
-// The table is open-addressed and its entries immutable: a lookup probes a
-// few slots, and a miss looks the name up and claims a free slot with a
-// compare-and-swap. The NodeInfos preemption clones fill slots that no cycle
-// asks for again, so the table starts over when three quarters are taken.
+// An entry also carries what Filter learnt of the node for later: its score
+// for Score in the same cycle (stash.go), and what its pods request, for the
+// next cycles while the NodeInfo does not change (fit.go). Both are written
+// by the one Filter call of a cycle on that NodeInfo and read after it.
+//
+// The table is open-addressed: a lookup probes a few slots, and a miss looks
+// the name up and claims a free slot with a compare-and-swap. The NodeInfos
+// preemption clones fill slots that no cycle asks for again, so the table
+// starts over when three quarters are taken.
 type nodeRefs struct {
 	taken atomic.Int32
 	slots [nodeRefSlots]atomic.Pointer[nodeRef]
 }
 
+// nodeRef is one NodeInfo's entry: 64 bytes, one cache line.
 type nodeRef struct {
 	ni  *framework.NodeInfo
 	ref ledger.Ref
-	// requested caches what the NodeInfo's pods request of
-	// protocol.Resources, for the generation of the NodeInfo it was read at.
-	requested atomic.Pointer[requested]
+	// scoredIn is the cycle whose pod score is Filter's score for.
+	scoredIn atomic.Uint64
+	score    atomic.Int64
+	// generation is the NodeInfo's generation that requested was read at
+	// (0 while it is written).
+	generation atomic.Int64
+	requested  [len(protocol.Resources)]atomic.Int64
 }
 
-// requested is what a node's pods request of protocol.Resources, read from
-// its NodeInfo at one generation. kube-scheduler gives a NodeInfo a new
-// generation whenever it changes (a pod added or removed, the node updated),
-// so an equal generation is the same requests, and Filter reads no map of
-// the NodeInfo (long resource names compared in maps that hold every
-// extended resource the node's pods ever asked for) on the nodes that did
-// not change since the last cycle: nearly all of them.
-type requested struct {
-	generation int64
-	sums       [len(protocol.Resources)]int64
-}
+const (
+	nodeRefBits   = 14
+	nodeRefSlots  = 1 << nodeRefBits
+	nodeRefProbes = 8
+)
 
 // found is what the table answers for a NodeInfo: the node's ledger entry,
 // and the table's entry for the NodeInfo (nil when the table does not hold
@@ -57,58 +60,36 @@ type found struct {
 	entry *nodeRef
 }
 
-// requested is what the pods on ni, the NodeInfo f was found for, request of
-// protocol.Resources.
-func (f found) requested(ni fwk.NodeInfo) [len(protocol.Resources)]int64 {
-	if f.entry == nil {
-		return requestedOf(ni)
-	}
-	gen := ni.GetGeneration()
-	if r := f.entry.requested.Load(); r != nil && r.generation == gen {
-		return r.sums
-	}
-	r := &requested{generation: gen, sums: requestedOf(ni)}
-	f.entry.requested.Store(r)
-	return r.sums
-}
-
-// requestedOf reads what the pods on ni request of protocol.Resources.
-func requestedOf(ni fwk.NodeInfo) (sums [len(protocol.Resources)]int64) {
-	m := ni.GetRequested().GetScalarResources()
-	for i, name := range protocol.Resources {
-		sums[i] = m[v1.ResourceName(name)]
-	}
-	return sums
-}
-
-const (
-	nodeRefBits   = 14
-	nodeRefSlots  = 1 << nodeRefBits
-	nodeRefProbes = 8
-)
-
-// get finds the ledger's entry for the node of ni, named name.
+// get finds the ledger's entry for the node of ni, named name, and adds it
+// to the table.
 func (c *nodeRefs) get(l *ledger.Ledger, ni fwk.NodeInfo, name string) found {
 	key, ok := ni.(*framework.NodeInfo)
 	if !ok {
 		return found{Ref: l.Ref(name)}
 	}
-	h := slotOf(key)
-	for i := range nodeRefProbes {
-		e := c.slots[(h+i)%nodeRefSlots].Load()
-		if e == nil {
-			break
-		}
-		if e.ni == key {
-			return found{e.ref, e}
-		}
+	if e := c.lookup(key); e != nil {
+		return found{e.ref, e}
 	}
 	ref := l.Ref(name)
 	if !ref.Known() {
 		return found{Ref: ref}
 	}
-	e := &nodeRef{ni: key, ref: ref}
-	return found{ref, c.add(e, h)}
+	return found{ref, c.add(&nodeRef{ni: key, ref: ref}, slotOf(key))}
+}
+
+// lookup is the table's entry for a NodeInfo, or nil.
+func (c *nodeRefs) lookup(key *framework.NodeInfo) *nodeRef {
+	h := slotOf(key)
+	for i := range nodeRefProbes {
+		e := c.slots[(h+i)%nodeRefSlots].Load()
+		if e == nil {
+			return nil
+		}
+		if e.ni == key {
+			return e
+		}
+	}
+	return nil
 }
 
 // add claims the first free slot of e's probe sequence and returns the

@@ -116,3 +116,36 @@ func benchMix(i int) *v1.Pod {
 	}
 	return b.Obj()
 }
+
+// A score Filter stashed for one pod is not Score's answer for the next pod,
+// whose cycle's Filter did not stash one for the node.
+func TestStashedScoreStaysInItsCycle(t *testing.T) {
+	ctx := context.Background()
+	node := v100Node("a", 4, true)
+	ni := nodeInfo(node)
+	big := builders.GPUPod("big").General("c", 24, 100).Obj()
+	small := builders.GPUPod("small").General("c", 2, 10).Obj()
+	scoreOf := func(p *QGPU, pod *v1.Pod, filter bool) int64 {
+		cs := framework.NewCycleState()
+		if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+			t.Fatal(st)
+		}
+		if filter && !p.Filter(ctx, cs, pod, ni).IsSuccess() {
+			t.Fatalf("%s does not fit", pod.Name)
+		}
+		score, _ := p.Score(ctx, cs, pod, ni)
+		return score
+	}
+	p := newPlugin(t, &args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack"})
+	p.setNodes(node)
+	fresh := newPlugin(t, &args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack"})
+	fresh.setNodes(node)
+	want := scoreOf(fresh, small, false)
+	stale := scoreOf(p, big, true)
+	if stale == want {
+		t.Fatalf("the test needs pods that score apart; both score %d", want)
+	}
+	if got := scoreOf(p, small, false); got != want {
+		t.Errorf("small pod scores %d after the big pod's cycle (the big pod scored %d), want %d", got, stale, want)
+	}
+}

@@ -34,7 +34,7 @@ func main() {
 	profile := flag.String("profile", "config/qgpu-scheduler.yaml", "the qgpu-scheduler profile (relative to the repository root)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up on a phase after this long, reporting what was bound")
 	rounds := flag.Int("rounds", 4, "rounds of both phases, back to back, the order alternating; the ratio is the geometric mean of the rounds' ratios")
-	flag.StringVar(&cpuProfileDir, "cpuprofile-dir", "", "write a CPU profile of each phase (apiserver, etcd and scheduler together) to DIR/<round>-<profile>.pprof")
+	flag.StringVar(&cpuProfileDir, "cpuprofile-dir", "", "write a CPU profile of each phase (apiserver, etcd and scheduler together) to DIR/<round>-<profile>.pprof, and a heap profile after its cleanup to DIR/<round>-<profile>.heap")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -132,7 +132,7 @@ func runPhase(ctx context.Context, client kubernetes.Interface, ph phase, round,
 	if err := deletePhase(ctx, client, ph); err != nil {
 		return result{}, fmt.Errorf("%s: cleaning up: %w", ph.name, err)
 	}
-	return r, nil
+	return r, writeHeapProfile(round, ph.name)
 }
 
 var cpuProfileDir string
@@ -154,4 +154,19 @@ func startProfile(round int, name string) (func(), error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// writeHeapProfile writes what is live after a phase's cleanup, when
+// -cpuprofile-dir is set: what grows from round to round shows there.
+func writeHeapProfile(round int, name string) error {
+	if cpuProfileDir == "" {
+		return nil
+	}
+	runtime.GC()
+	f, err := os.Create(filepath.Join(cpuProfileDir, fmt.Sprintf("%d-%s.heap", round, name)))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return pprof.Lookup("heap").WriteTo(f, 0)
 }
