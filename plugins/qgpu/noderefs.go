@@ -33,17 +33,22 @@ type nodeRefs struct {
 	slots [nodeRefSlots]atomic.Pointer[nodeRef]
 }
 
-// nodeRef is one NodeInfo's entry: 64 bytes, one cache line.
+// nodeRef is one NodeInfo's entry: two cache lines (128 bytes, a size class
+// the allocator aligns to 128). The first changes only when the NodeInfo
+// does, so Filter's lookups on any core find it shared; the second takes
+// each cycle's score.
 type nodeRef struct {
 	ni  *framework.NodeInfo
 	ref ledger.Ref
-	// scoredIn is the cycle whose pod score is Filter's score for.
-	scoredIn atomic.Uint64
-	score    atomic.Int64
 	// generation is the NodeInfo's generation that requested was read at
 	// (0 while it is written).
 	generation atomic.Int64
 	requested  [len(protocol.Resources)]atomic.Int64
+	_          [64 - 48]byte
+	// scoredIn is the cycle whose pod score is Filter's score for.
+	scoredIn atomic.Uint64
+	score    atomic.Int64
+	_        [64 - 16]byte
 }
 
 const (

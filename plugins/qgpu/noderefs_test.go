@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"unsafe"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -125,5 +126,16 @@ func TestNodeRefsRequestedFollowsGeneration(t *testing.T) {
 	// Without a table entry it reads the NodeInfo every time.
 	if got := (found{}).requested(ni); got != [len(protocol.Resources)]int64{6, 15, 0} {
 		t.Errorf("uncached requested %v, want [6 15 0]", got)
+	}
+}
+
+// The entry's two parts sit on cache lines of their own.
+func TestNodeRefLayout(t *testing.T) {
+	var e nodeRef
+	if size := unsafe.Sizeof(e); size != 128 {
+		t.Errorf("nodeRef is %d bytes, want 128", size)
+	}
+	if off := unsafe.Offsetof(e.scoredIn); off != 64 {
+		t.Errorf("scoredIn at byte %d, want 64", off)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
-// Filter scores a node while it holds the node's cards under the ledger's
-// read lock anyway, and stashes the score in the node's nodeRefs entry for
-// Score in the same scheduling cycle: Score then neither looks the node up
+// Filter scores a node while it holds a copy of the node's cards anyway, and
+// stashes the score in the node's nodeRefs entry for Score in the same
+// scheduling cycle: Score then neither looks the node up
 // in the ledger again nor copies its cards (on 5000 nodes that lookup and
 // copy were most of Score's time, make bench-throughput SIZE=large).
 // PreFilter numbers the cycles (cycleState.cycle), and a score counts only

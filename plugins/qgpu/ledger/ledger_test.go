@@ -4,11 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -41,9 +43,21 @@ func fixed(ss ...protocol.Slice) func(Node) ([]protocol.Slice, error) {
 	return func(Node) ([]protocol.Slice, error) { return ss, nil }
 }
 
+// copyNode is the node's state, after checking that Ref.Read, which reads
+// the copy published after each change, sees the same: so every test of a
+// change also tests that it was published.
 func copyNode(t *testing.T, l *Ledger, name string) Node {
 	t.Helper()
 	n, _ := l.CopyNode(name, nil)
+	var seen Node
+	l.Ref(name).Read(func(v Node) string {
+		seen = v
+		seen.Cards = slices.Clone(v.Cards)
+		return ""
+	})
+	if diff := cmp.Diff(n, seen, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("Ref.Read of %s differs from the node (-node +read):\n%s", name, diff)
+	}
 	return n
 }
 
@@ -502,6 +516,11 @@ func TestSetAllocatable(t *testing.T) {
 	if got := copyNode(t, l, "n1").Allocatable; got != want {
 		t.Errorf("Allocatable = %v, want %v", got, want)
 	}
+	want[0] = 16
+	l.SetAllocatable("n1", want)
+	if got := copyNode(t, l, "n1").Allocatable; got != want {
+		t.Errorf("Allocatable after a change = %v, want %v", got, want)
+	}
 	l.RemoveNode("n1")
 	if got := copyNode(t, l, "n1").Allocatable; got != ([len(protocol.Resources)]int64{}) {
 		t.Errorf("Allocatable after RemoveNode = %v, want none", got)
@@ -527,7 +546,7 @@ func checkCards(node string, cs []Card) error {
 	return nil
 }
 
-// TestConcurrentReserveRelease runs Reserve, Release and CopyNode from many
+// TestConcurrentReserveRelease runs Reserve, Release, CopyNode and Ref.Read from many
 // goroutines on a few nodes. Half of the choices ignore the cards' state, so
 // only the ledger's own check stands between them and oversubscription.
 func TestConcurrentReserveRelease(t *testing.T) {
@@ -577,7 +596,11 @@ func TestConcurrentReserveRelease(t *testing.T) {
 				case 3:
 					n, _ := l.CopyNode(node, buf)
 					buf = n.Cards
-					if err := checkCards(node, n.Cards); err != nil {
+					err := checkCards(node, n.Cards)
+					if err == nil {
+						l.Ref(node).Read(func(v Node) string { err = checkCards(node, v.Cards); return "" })
+					}
+					if err != nil {
 						errs <- fmt.Errorf("op %d: %w", op, err)
 						return
 					}
