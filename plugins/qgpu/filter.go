@@ -24,7 +24,7 @@ const cardBuf = 16
 // and the node-wide sums NodeResourcesFit leaves to it (takeOverFit). It
 // reads the ledger and the NodeInfo only: no API calls, no allocation on the
 // hot path. A pod of one container (the common case) is placed on a copy
-// of the node's cards as the ledger last published them, and scored there
+// of the node's cards taken under the node's read lock, and scored there
 // for Score (stash.go); other pods, and pods while preemption simulates
 // pods added or removed, are only placed, on a copy with the simulated pods.
 func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
@@ -55,10 +55,9 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 }
 
 // placeAndScore places a pod of one container on a copy of the node's cards
-// as the ledger last published them (ledger.Ref.Read), and stashes the
-// node's score for Score when the table holds the node. It returns why the
-// pod does not fit ("" if it does) and the node's allocatable qGPU
-// resources.
+// taken under its read lock (ledger.Ref.Read), and stashes the node's score
+// for Score when the table holds the node. It returns why the pod does not
+// fit ("" if it does) and the node's allocatable qGPU resources.
 func (p *QGPU) placeAndScore(s *cycleState, node found, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
 	var score int64
 	var alloc [len(protocol.Resources)]int64

@@ -17,7 +17,7 @@ import (
 // (takeOverFit), and Filter compares them with the node's allocatable less
 // what is requested there, as NodeResourcesFit does, with its reasons
 // (fitRequest.check). The allocatable counts come from the ledger, which
-// keeps them from the same Node objects, in the node state Filter reads anyway.
+// keeps them from the same Node objects, under the lock Filter takes anyway.
 // The check stays: a node whose agent's device plugins are gone has none of
 // them allocatable, whatever its cards' inventory says.
 //

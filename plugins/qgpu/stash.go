@@ -7,9 +7,9 @@ import (
 
 // Filter scores a node while it holds a copy of the node's cards anyway, and
 // stashes the score in the node's nodeRefs entry for Score in the same
-// scheduling cycle: Score then neither looks the node up
-// in the ledger again nor copies its cards (on 5000 nodes that lookup and
-// copy were most of Score's time, make bench-throughput SIZE=large).
+// scheduling cycle: Score then neither looks the node up in the ledger again
+// nor copies its cards (on 5000 nodes that lookup and copy were most of
+// Score's time, make bench-throughput SIZE=large).
 // PreFilter numbers the cycles (cycleState.cycle), and a score counts only
 // in the cycle it was stashed in: kube-scheduler runs one scheduling cycle
 // at a time, and each profile has its own plugin.

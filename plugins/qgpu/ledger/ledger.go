@@ -3,9 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
-	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -38,20 +36,6 @@ type nodeState struct {
 	node  Node
 	pods  map[types.UID]*Holding
 	known bool
-	// view is a copy of node that no one changes, published after each
-	// change (publish): Ref.Read reads it without taking mu, so the
-	// scheduler's Filter, which reads every node in every cycle, writes to
-	// no memory of the ledger (a read lock writes its reader count, and the
-	// node's cache line then moves between the cores that filter it).
-	view atomic.Pointer[Node]
-}
-
-// publish makes the node as it is now what Ref.Read sees; the caller holds
-// n.mu for writing.
-func (n *nodeState) publish() {
-	v := n.node
-	v.Cards = slices.Clone(n.node.Cards)
-	n.view.Store(&v)
 }
 
 // Ledger is safe for concurrent use. One RWMutex guards the maps; each node
@@ -115,7 +99,6 @@ func (n *nodeState) set(inv *protocol.Inventory, invalid string, mixed bool, max
 	}
 	n.node.Invalid, n.node.Mixed = invalid, mixed
 	n.recompute()
-	n.publish()
 	return n.qgpu() != wasQGPU || mixed != wasMixed
 }
 
@@ -136,7 +119,6 @@ func (l *Ledger) SetAllocatable(name string, alloc [len(protocol.Resources)]int6
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.node.Allocatable = alloc
-	n.publish()
 }
 
 // RemoveNode forgets a node's cards; its holdings stay until their pods go.
@@ -146,7 +128,6 @@ func (l *Ledger) RemoveNode(name string) {
 		n.known = false
 		n.info = n.info[:0]
 		n.node = Node{Invalid: "node deleted", Cards: n.node.Cards[:0]}
-		n.publish()
 		n.mu.Unlock()
 		l.eligible.flagsChanged()
 	}
@@ -178,18 +159,16 @@ func (l *Ledger) Ref(name string) Ref { return Ref{l.state(name, false)} }
 // Known reports whether the ledger had an entry for the node.
 func (r Ref) Known() bool { return r.n != nil }
 
-// Read calls read with the node's state as of its last change, without a
-// lock or a copy: read must not change the cards. A node never seen reads as
-// a node without cards.
+// Read calls read with the node's state under its read lock, without a
+// copy: read must not change or keep the cards. A node never seen reads as a
+// node without cards.
 func (r Ref) Read(read func(Node) string) string {
 	if r.n == nil {
 		return read(Node{})
 	}
-	v := r.n.view.Load()
-	if v == nil {
-		return read(Node{})
-	}
-	return read(*v)
+	r.n.mu.RLock()
+	defer r.n.mu.RUnlock()
+	return read(r.n.node)
 }
 
 // Reserve chooses and records a pod's slices atomically: choose runs under the
@@ -248,7 +227,6 @@ func (l *Ledger) record(uid types.UID, n *nodeState, h *Holding) *Holding {
 	l.mu.Unlock()
 	n.pods[uid] = h
 	h.ApplyTo(n.node.Cards, 1)
-	n.publish()
 	return nil
 }
 
@@ -272,7 +250,6 @@ func (l *Ledger) Release(uid types.UID, node string) bool {
 	l.mu.Unlock()
 	delete(n.pods, uid)
 	h.ApplyTo(n.node.Cards, -1)
-	n.publish()
 	return true
 }
 
