@@ -25,7 +25,7 @@ const cardBuf = 16
 // reads the ledger and the NodeInfo only: no API calls, no allocation on the
 // hot path. A pod of one container (the common case) is placed on a copy
 // of the node's cards taken under the node's read lock, and scored there
-// for Score (stash.go); other pods, and pods while preemption simulates
+// for Score (scoreStash); other pods, and pods while preemption simulates
 // pods added or removed, are only placed, on a copy with the simulated pods.
 func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
@@ -56,8 +56,8 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 
 // placeAndScore places a pod of one container on a copy of the node's cards
 // taken under its read lock (ledger.Ref.Read), and stashes the node's score
-// for Score when the table holds the node. It returns why the pod does not
-// fit ("" if it does) and the node's allocatable qGPU resources.
+// for Score. It returns why the pod does not fit ("" if it does) and the
+// node's allocatable qGPU resources.
 func (p *QGPU) placeAndScore(s *cycleState, node found, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
 	var score int64
 	var alloc [len(protocol.Resources)]int64
@@ -75,8 +75,8 @@ func (p *QGPU) placeAndScore(s *cycleState, node found, nodeInfo fwk.NodeInfo) (
 		score, reason = p.evaluate(s, n, nodeInfo)
 		return reason
 	})
-	if reason == "" && node.entry != nil {
-		node.entry.stash(s.cycle, score)
+	if reason == "" {
+		p.scores.put(nodeInfo, score)
 	}
 	return reason, alloc
 }

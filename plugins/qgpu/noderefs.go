@@ -19,10 +19,8 @@ import (
 // updates it in place, by name), and an entry keeps its NodeInfo reachable,
 // so no other node's NodeInfo can take its address while it is cached.
 //
-// An entry also carries what Filter learnt of the node for later: its score
-// for Score in the same cycle (stash.go), and what its pods request, for the
-// next cycles while the NodeInfo does not change (fit.go). Both are written
-// by the one Filter call of a cycle on that NodeInfo and read after it.
+// An entry also carries what the node's pods request, for the next cycles
+// while the NodeInfo does not change (found.requested).
 //
 // The table is open-addressed: a lookup probes a few slots, and a miss looks
 // the name up and claims a free slot with a compare-and-swap. The NodeInfos
@@ -33,10 +31,9 @@ type nodeRefs struct {
 	slots [nodeRefSlots]atomic.Pointer[nodeRef]
 }
 
-// nodeRef is one NodeInfo's entry: two cache lines (128 bytes, a size class
-// the allocator aligns to 128). The first changes only when the NodeInfo
-// does, so Filter's lookups on any core find it shared; the second takes
-// each cycle's score.
+// nodeRef is one NodeInfo's entry: one cache line (64 bytes, a size class
+// the allocator aligns to 64), written only when the NodeInfo changes, so
+// Filter's lookups on any core find it shared.
 type nodeRef struct {
 	ni  *framework.NodeInfo
 	ref ledger.Ref
@@ -45,10 +42,6 @@ type nodeRef struct {
 	generation atomic.Int64
 	requested  [len(protocol.Resources)]atomic.Int64
 	_          [64 - 48]byte
-	// scoredIn is the cycle whose pod score is Filter's score for.
-	scoredIn atomic.Uint64
-	score    atomic.Int64
-	_        [64 - 16]byte
 }
 
 const (

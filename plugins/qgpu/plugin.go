@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -31,11 +30,10 @@ type QGPU struct {
 	synced     []cache.InformerSynced
 	// workload is learned from the pods placed, for fgd and fragpack.
 	workload *workloadLearner
-	// refs finds Filter's nodes in the ledger without their names, and
-	// carries Filter's scores to Score within a cycle.
+	// scores carries Filter's scores to Score within a cycle.
+	scores scoreStash
+	// refs finds Filter's nodes in the ledger without their names.
 	refs nodeRefs
-	// cycles numbers the scheduling cycles (PreFilter calls).
-	cycles atomic.Uint64
 	// bindOnce and binds cache bindsItself.
 	bindOnce sync.Once
 	binds    bool

@@ -30,7 +30,8 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return nil, fwk.AsStatus(ctx.Err())
 	}
 	klog.FromContext(ctx).V(5).Info("qGPU request", "pod", klog.KObj(pod), "class", req.Class, "containers", len(req.Containers))
-	s := &cycleState{req: req, podCPU: podCPU(pod), cycle: p.cycles.Add(1)}
+	p.scores.reset(len(nodes))
+	s := &cycleState{req: req, podCPU: podCPU(pod)}
 	s.fit, s.ownsFit = takeOverFit(cs)
 	cs.Write(stateKey, s)
 	return p.eligibleNodes(req, len(nodes)), nil

@@ -11,14 +11,14 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
 
-// Score is the score Filter stashed for the node in this cycle (stash.go);
+// Score is the score Filter stashed for the node in this cycle (scoreStash);
 // otherwise it places the pod on a copy of the node's cards and scores that.
 func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(cs)
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
-	if score, ok := p.refs.stashed(nodeInfo, s.cycle); ok {
+	if score, ok := p.scores.get(nodeInfo); ok {
 		return score, nil
 	}
 	var buf [cardBuf]ledger.Card

@@ -15,8 +15,6 @@ const stateKey fwk.StateKey = Name
 // cycleState is what PreFilter learns once and the later points reuse.
 type cycleState struct {
 	req *request.Request
-	// cycle numbers the scheduling cycle, for the scores Filter stashes.
-	cycle uint64
 	// podCPU is the pod's CPU request, for the policies that weigh CPU.
 	podCPU int64
 	// fit is the pod's request of the qGPU resources that Filter checks in
