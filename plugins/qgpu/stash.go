@@ -13,75 +13,98 @@ import (
 // copy of the node's cards anyway, to Score in the same scheduling cycle:
 // Score then neither looks the node up in the ledger again nor copies its
 // cards (on 5000 nodes that lookup and copy were most of Score's time, make
-// bench-throughput SIZE=large). kube-scheduler runs one scheduling cycle at a
-// time and each profile has its own plugin, so PreFilter empties the stash
-// for the cycle. It is a small open-addressed table keyed by the NodeInfo's
-// address, sized for the nodes a cycle scores: Score reads one slot, most
-// often in a cache line Filter wrote a moment ago, instead of the node's
-// entries elsewhere in memory. Filter runs on many goroutines and claims a
-// slot with a compare-and-swap; a node that finds no free slot is not
-// stashed, and Score computes its score.
+// bench-throughput SIZE=large). It is a small open-addressed table keyed by
+// the NodeInfo's address, sized for the nodes a cycle scores: Score reads one
+// slot, most often in a cache line Filter wrote a moment ago, instead of the
+// node's entries elsewhere in memory. Filter runs on many goroutines and
+// claims a slot with a compare-and-swap; a node that finds no free slot is
+// not stashed, and Score computes its score. kube-scheduler runs one
+// scheduling cycle at a time and each profile has its own plugin; PreFilter
+// starts a cycle (reset), and a slot counts only in the cycle it was written
+// in, so nothing is cleared between cycles.
 type scoreStash struct {
-	slots atomic.Pointer[[]stashSlot]
+	table atomic.Pointer[stashTable]
+}
+
+type stashTable struct {
+	cycle atomic.Uint64
+	slots []stashSlot
 }
 
 type stashSlot struct {
 	ni    atomic.Pointer[framework.NodeInfo]
+	cycle atomic.Uint64
 	score atomic.Int64
 }
 
-const stashProbes = 8
+const (
+	stashProbes = 8
+	// claimed marks a slot's cycle while a Filter call writes the slot.
+	claimed = 1 << 63
+)
 
-// reset empties the stash for a cycle over nodes nodes: four slots for each
-// node kube-scheduler looks for (feasibleToFind), a power of two, at least 64.
-// It runs before the cycle's Filter calls, which kube-scheduler starts after
-// PreFilter returned; its atomic stores only keep the race detector's
-// concurrent tests, which run cycles side by side, quiet.
+// reset starts a cycle over nodes nodes: four slots for each node
+// kube-scheduler looks for (feasibleToFind), a power of two, at least 64.
 func (st *scoreStash) reset(nodes int) {
 	size := max(64, 1<<bits.Len(uint(4*feasibleToFind(nodes))))
-	slots := st.slots.Load()
-	if slots == nil || len(*slots) != size {
-		fresh := make([]stashSlot, size)
-		st.slots.Store(&fresh)
+	if t := st.table.Load(); t != nil && len(t.slots) == size {
+		t.cycle.Add(1)
 		return
 	}
-	for i := range *slots {
-		(*slots)[i].ni.Store(nil)
-	}
+	t := &stashTable{slots: make([]stashSlot, size)}
+	t.cycle.Store(1)
+	st.table.Store(t)
 }
 
-// put records the node's score for this cycle.
+// put records the node's score for this cycle, in the first slot of its
+// probe sequence not written in this cycle. A slot is claimed for the node by
+// a compare-and-swap of its cycle to claimed, written, and then marked with
+// the cycle: no two nodes ever share a slot's cycle.
 func (st *scoreStash) put(ni fwk.NodeInfo, score int64) {
 	key, ok := ni.(*framework.NodeInfo)
-	slots := st.slots.Load()
-	if !ok || slots == nil {
+	t := st.table.Load()
+	if !ok || t == nil {
 		return
 	}
-	h, mask := st.hash(key), len(*slots)-1
+	cycle := t.cycle.Load()
+	h, mask := st.hash(key), len(t.slots)-1
 	for i := range stashProbes {
-		slot := &(*slots)[(h+i)&mask]
-		if slot.ni.CompareAndSwap(nil, key) || slot.ni.Load() == key {
+		slot := &t.slots[(h+i)&mask]
+		c := slot.cycle.Load()
+		if c == cycle && slot.ni.Load() == key {
+			// Filter ran twice on the node in one cycle (kube-scheduler
+			// does not): the same pod on the same node, the same score.
 			slot.score.Store(score)
 			return
 		}
+		if c == cycle || c == claimed || !slot.cycle.CompareAndSwap(c, claimed) {
+			continue
+		}
+		slot.ni.Store(key)
+		slot.score.Store(score)
+		slot.cycle.Store(cycle)
+		return
 	}
 }
 
 // get is the score Filter stashed for the node in this cycle.
 func (st *scoreStash) get(ni fwk.NodeInfo) (int64, bool) {
 	key, ok := ni.(*framework.NodeInfo)
-	slots := st.slots.Load()
-	if !ok || slots == nil {
+	t := st.table.Load()
+	if !ok || t == nil {
 		return 0, false
 	}
-	h, mask := st.hash(key), len(*slots)-1
+	cycle := t.cycle.Load()
+	h, mask := st.hash(key), len(t.slots)-1
 	for i := range stashProbes {
-		slot := &(*slots)[(h+i)&mask]
-		switch slot.ni.Load() {
-		case key:
-			return slot.score.Load(), true
-		case nil:
-			return 0, false
+		slot := &t.slots[(h+i)&mask]
+		switch c := slot.cycle.Load(); {
+		case c == cycle:
+			if slot.ni.Load() == key {
+				return slot.score.Load(), true
+			}
+		case c != claimed:
+			return 0, false // put would have taken this slot
 		}
 	}
 	return 0, false

@@ -12,7 +12,7 @@ func TestScoreStash(t *testing.T) {
 	_, nis := namedNodes(3000)
 	var st scoreStash
 	st.reset(len(nis)) // feasibleToFind(3000) = 780: 4096 slots, room for far more
-	size := len(*st.slots.Load())
+	size := len(st.table.Load().slots)
 	if size < 4*feasibleToFind(len(nis)) {
 		t.Fatalf("%d slots for %d nodes to find", size, feasibleToFind(len(nis)))
 	}
@@ -51,5 +51,39 @@ func TestScoreStash(t *testing.T) {
 	empty.put(nis[0], 1)
 	if _, ok := empty.get(nis[0]); ok {
 		t.Error("a stash never reset holds a score")
+	}
+}
+
+// Over many cycles of more nodes than slots, put from goroutines that
+// contend for the same slots, a node reads its own score of this cycle or
+// none: never another node's, never an older cycle's. Run with -race.
+func TestScoreStashContended(t *testing.T) {
+	_, nis := namedNodes(200)
+	var st scoreStash
+	for cycle := range 30 {
+		st.reset(0) // 64 slots
+		var wg sync.WaitGroup
+		for g := range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := g; i < len(nis); i += 4 {
+					st.put(nis[i], int64(i*1000+cycle))
+				}
+			}()
+		}
+		wg.Wait()
+		stashed := 0
+		for i, ni := range nis {
+			if score, ok := st.get(ni); ok {
+				stashed++
+				if score != int64(i*1000+cycle) {
+					t.Fatalf("cycle %d: node %d reads score %d, want %d", cycle, i, score, i*1000+cycle)
+				}
+			}
+		}
+		if stashed == 0 || stashed > 64 {
+			t.Fatalf("cycle %d: %d nodes stashed in 64 slots", cycle, stashed)
+		}
 	}
 }
