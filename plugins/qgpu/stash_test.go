@@ -3,6 +3,8 @@ package qgpu
 import (
 	"sync"
 	"testing"
+
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
 // Scores put from many goroutines read back as put; when more nodes pass
@@ -16,17 +18,7 @@ func TestScoreStash(t *testing.T) {
 	if size < 4*feasibleToFind(len(nis)) {
 		t.Fatalf("%d slots for %d nodes to find", size, feasibleToFind(len(nis)))
 	}
-	var wg sync.WaitGroup
-	for g := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := g; i < len(nis); i += 4 {
-				st.put(nis[i], int64(i))
-			}
-		}()
-	}
-	wg.Wait()
+	putConcurrently(&st, nis, func(i int) int64 { return int64(i) })
 	stashed := 0
 	for i, ni := range nis {
 		score, ok := st.get(ni)
@@ -62,17 +54,7 @@ func TestScoreStashContended(t *testing.T) {
 	var st scoreStash
 	for cycle := range 30 {
 		st.reset(0) // 64 slots
-		var wg sync.WaitGroup
-		for g := range 4 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := g; i < len(nis); i += 4 {
-					st.put(nis[i], int64(i*1000+cycle))
-				}
-			}()
-		}
-		wg.Wait()
+		putConcurrently(&st, nis, func(i int) int64 { return int64(i*1000 + cycle) })
 		stashed := 0
 		for i, ni := range nis {
 			if score, ok := st.get(ni); ok {
@@ -86,4 +68,20 @@ func TestScoreStashContended(t *testing.T) {
 			t.Fatalf("cycle %d: %d nodes stashed in 64 slots", cycle, stashed)
 		}
 	}
+}
+
+// putConcurrently puts score(i) for nis[i] from 4 goroutines, as Filter's
+// parallel calls do.
+func putConcurrently(st *scoreStash, nis []*framework.NodeInfo, score func(i int) int64) {
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < len(nis); i += 4 {
+				st.put(nis[i], score(i))
+			}
+		}()
+	}
+	wg.Wait()
 }
