@@ -72,12 +72,12 @@ func (c *nodeRefs) get(l *ledger.Ledger, ni fwk.NodeInfo, name string) found {
 	if !ref.Known() {
 		return found{Ref: ref}
 	}
-	return found{ref, c.add(&nodeRef{ni: key, ref: ref}, slotOf(key))}
+	return found{ref, c.add(&nodeRef{ni: key, ref: ref}, addressHash(key, nodeRefBits))}
 }
 
 // lookup is the table's entry for a NodeInfo, or nil.
 func (c *nodeRefs) lookup(key *framework.NodeInfo) *nodeRef {
-	h := slotOf(key)
+	h := addressHash(key, nodeRefBits)
 	for i := range nodeRefProbes {
 		e := c.slots[(h+i)%nodeRefSlots].Load()
 		if e == nil {
@@ -118,9 +118,10 @@ func (c *nodeRefs) reset() {
 	c.taken.Store(0)
 }
 
-// slotOf is the first slot of a NodeInfo's probe sequence, from its address
-// (used as a number only).
-func slotOf(key *framework.NodeInfo) int {
+// addressHash is the first slot of a NodeInfo's probe sequence in a table of
+// 1<<bits slots, from its address (used as a number only): the top bits of a
+// multiplicative (Fibonacci) hash. nodeRefs and scoreStash both use it.
+func addressHash(key *framework.NodeInfo, bits int) int {
 	a := uint64(uintptr(unsafe.Pointer(key)))
-	return int((a >> 4) * 0x9E3779B97F4A7C15 >> (64 - nodeRefBits))
+	return int((a >> 4) * 0x9E3779B97F4A7C15 >> (64 - bits))
 }

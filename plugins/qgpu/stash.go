@@ -3,7 +3,6 @@ package qgpu
 import (
 	"math/bits"
 	"sync/atomic"
-	"unsafe"
 
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -28,6 +27,8 @@ type scoreStash struct {
 
 type stashTable struct {
 	cycle atomic.Uint64
+	// slots has 1<<bits slots.
+	bits  int
 	slots []stashSlot
 }
 
@@ -46,12 +47,12 @@ const (
 // reset starts a cycle over nodes nodes: four slots for each node
 // kube-scheduler looks for (feasibleToFind), a power of two, at least 64.
 func (st *scoreStash) reset(nodes int) {
-	size := max(64, 1<<bits.Len(uint(4*feasibleToFind(nodes))))
-	if t := st.table.Load(); t != nil && len(t.slots) == size {
+	n := max(6, bits.Len(uint(4*feasibleToFind(nodes))))
+	if t := st.table.Load(); t != nil && t.bits == n {
 		t.cycle.Add(1)
 		return
 	}
-	t := &stashTable{slots: make([]stashSlot, size)}
+	t := &stashTable{bits: n, slots: make([]stashSlot, 1<<n)}
 	t.cycle.Store(1)
 	st.table.Store(t)
 }
@@ -67,7 +68,7 @@ func (st *scoreStash) put(ni fwk.NodeInfo, score int64) {
 		return
 	}
 	cycle := t.cycle.Load()
-	h, mask := st.hash(key), len(t.slots)-1
+	h, mask := addressHash(key, t.bits), len(t.slots)-1
 	for i := range stashProbes {
 		slot := &t.slots[(h+i)&mask]
 		c := slot.cycle.Load()
@@ -95,7 +96,7 @@ func (st *scoreStash) get(ni fwk.NodeInfo) (int64, bool) {
 		return 0, false
 	}
 	cycle := t.cycle.Load()
-	h, mask := st.hash(key), len(t.slots)-1
+	h, mask := addressHash(key, t.bits), len(t.slots)-1
 	for i := range stashProbes {
 		slot := &t.slots[(h+i)&mask]
 		switch c := slot.cycle.Load(); {
@@ -108,11 +109,4 @@ func (st *scoreStash) get(ni fwk.NodeInfo) (int64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// hash is the first slot of a NodeInfo's probe sequence, from its address
-// (used as a number only).
-func (st *scoreStash) hash(key *framework.NodeInfo) int {
-	a := uint64(uintptr(unsafe.Pointer(key)))
-	return int((a >> 4) * 0x9E3779B97F4A7C15 >> 32)
 }
