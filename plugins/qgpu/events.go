@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	"context"
+	"reflect"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -14,10 +15,18 @@ import (
 // EventsToRegister: a qGPU pod leaving a node (deleted or finished) frees
 // slices, or at least the qGPU resources it requested there; a node gaining
 // or changing its qGPU inventory, labels or allocatable qGPU resources (its
-// agent's device plugins registering again) may add room.
+// agent's device plugins registering again) may add room; a pending pod's
+// own edit (its class or model filters) may make it fit.
+//
+// The hints only decide. They run on the queue's listener and are replayed
+// later, for pods in a scheduling cycle, with the objects of the time of the
+// event, so what they see may be stale: the ledger is written by the
+// informer handlers alone (watch.go), which wake the waiting pods once they
+// have written it (waiting.go).
 func (p *QGPU) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: p.isSchedulableAfterPodDeleted},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: p.isSchedulableAfterPodUpdate},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeAllocatable},
 			QueueingHintFn: p.isSchedulableAfterNodeChange},
 	}, nil
@@ -36,12 +45,37 @@ func (p *QGPU) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, old
 		logger.V(5).Info("deleted pod held no qGPU resources", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
-	// The informer calls the queue's handler and the ledger's handler in
-	// no set order: free the slices here, before the pod is retried, or the
-	// retry can still see them held and the pod waits for the next event
-	// (up to five minutes). Release is idempotent.
-	p.ledger.Release(gone.UID, "")
 	return fwk.Queue, nil
+}
+
+// isSchedulableAfterPodUpdate requeues a pending pod whose own edit changed
+// what it asks of the cards: its class, its model filters, its requests.
+// Updates of other pods never add room (a bound pod's qGPU requests cannot
+// change, and a finished pod arrives as a delete).
+func (p *QGPU) isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
+	old, okOld := oldObj.(*v1.Pod)
+	cur, okNew := newObj.(*v1.Pod)
+	if !okOld || !okNew {
+		return fwk.Queue, nil
+	}
+	if cur.UID != pod.UID {
+		logger.V(5).Info("another pod's update adds no qGPU room", "pod", klog.KObj(pod), "updated", klog.KObj(cur))
+		return fwk.QueueSkip, nil
+	}
+	wasReq, wasErr := request.Parse(old)
+	nowReq, nowErr := request.Parse(cur)
+	if reflect.DeepEqual(wasReq, nowReq) && errorText(wasErr) == errorText(nowErr) {
+		logger.V(5).Info("pod's qGPU request did not change", "pod", klog.KObj(pod))
+		return fwk.QueueSkip, nil
+	}
+	return fwk.Queue, nil
+}
+
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func (p *QGPU) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj any) (fwk.QueueingHint, error) {
@@ -49,16 +83,9 @@ func (p *QGPU) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, old
 	if !ok {
 		return fwk.Queue, nil
 	}
-	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
-		logger.V(5).Info("node is not a qGPU node", "pod", klog.KObj(pod), "node", klog.KObj(node))
-		return fwk.QueueSkip, nil
-	}
 	old, _ := oldObj.(*v1.Node)
-	if old != nil && old.Annotations[protocol.AnnotationInventory] == node.Annotations[protocol.AnnotationInventory] &&
-		old.Labels[protocol.LabelDeviceEnable] == node.Labels[protocol.LabelDeviceEnable] &&
-		old.Labels[protocol.LabelMixedEnable] == node.Labels[protocol.LabelMixedEnable] &&
-		!allocatableGrew(old, node) {
-		logger.V(5).Info("node's qGPU inventory, labels and allocatable did not change", "pod", klog.KObj(pod), "node", klog.KObj(node))
+	if !nodeMayAddRoom(old, node) {
+		logger.V(5).Info("node's qGPU inventory, labels and allocatable did not change, or it is not a qGPU node", "pod", klog.KObj(pod), "node", klog.KObj(node))
 		return fwk.QueueSkip, nil
 	}
 	if req, err := request.Parse(pod); err == nil && req != nil && req.Class != protocol.ClassGeneral &&
@@ -66,10 +93,20 @@ func (p *QGPU) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, old
 		logger.V(5).Info("node does not take online/offline pods", "pod", klog.KObj(pod), "node", klog.KObj(node))
 		return fwk.QueueSkip, nil
 	}
-	// As for deleted pods: the ledger must know the new cards before the
-	// retry, whichever informer handler runs first.
-	p.setNode(klog.NewContext(context.Background(), logger), node)
 	return fwk.Queue, nil
+}
+
+// nodeMayAddRoom reports whether a node change (old nil: a new node) can let
+// a waiting pod fit: a qGPU node that is new, or whose inventory or labels
+// changed, or that offers more of a qGPU resource.
+func nodeMayAddRoom(old, node *v1.Node) bool {
+	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
+		return false
+	}
+	return old == nil || old.Annotations[protocol.AnnotationInventory] != node.Annotations[protocol.AnnotationInventory] ||
+		old.Labels[protocol.LabelDeviceEnable] != node.Labels[protocol.LabelDeviceEnable] ||
+		old.Labels[protocol.LabelMixedEnable] != node.Labels[protocol.LabelMixedEnable] ||
+		allocatableGrew(old, node)
 }
 
 // allocatableGrew reports whether the node offers more of a qGPU resource.

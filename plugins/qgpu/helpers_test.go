@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	"context"
+	"sort"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -11,6 +12,7 @@ import (
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -23,6 +25,26 @@ type fakeHandle struct {
 	framework.Handle
 	cs      clientset.Interface
 	factory informers.SharedInformerFactory
+	profile string
+	// onActivate sees the pods the plugin activates, sorted by key.
+	onActivate func([]string)
+}
+
+func (h *fakeHandle) ProfileName() string { return h.profile }
+
+// SnapshotSharedLister: no snapshot (the policies then see no node CPU).
+func (h *fakeHandle) SnapshotSharedLister() framework.SharedLister { return nil }
+
+func (h *fakeHandle) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	if h.onActivate == nil {
+		return
+	}
+	keys := make([]string, 0, len(pods))
+	for k := range pods {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	h.onActivate(keys)
 }
 
 func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.cs }
@@ -51,7 +73,7 @@ func newPlugin(t testing.TB, a *args.QGPUArgs, objs ...*v1.Pod) *QGPU {
 
 func (p *QGPU) setNodes(nodes ...*v1.Node) {
 	for _, n := range nodes {
-		p.setNode(context.Background(), n)
+		setNode(context.Background(), p.handle, p.ledger, n)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package qgpu is the qGPU scheduling-framework plugin: it places general,
-// online and offline pods card by card (DESIGN §2–§4) and keeps the per-card
+// online and offline pods card by card (docs/ledger.md) and keeps the per-card
 // ledger that makes sure no card is ever oversubscribed.
 package qgpu
 
@@ -21,9 +21,12 @@ import (
 // Name is the plugin's name in profiles.
 const Name = "QGPU"
 
-// QGPU is the plugin.
+// QGPU is the plugin, one per profile that enables it. The ledger, the
+// workload and the informer handlers are shared by all of a process's
+// profiles (shared.go).
 type QGPU struct {
 	handle     framework.Handle
+	shared     *shared
 	ledger     *ledger.Ledger
 	nodePolicy placement.Policy
 	cardPolicy placement.Policy
@@ -58,23 +61,32 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	if err != nil {
 		return nil, err
 	}
-	if errs := args.Validate(field.NewPath("pluginConfig").Key(Name).Child("args"), a); len(errs) > 0 {
+	path := field.NewPath("pluginConfig").Key(Name).Child("args")
+	if errs := args.Validate(path, a); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
 	p := &QGPU{
 		handle:     h,
-		ledger:     ledger.New(int(a.MaxPodsPerCard)),
 		nodePolicy: placement.Policy(a.NodePolicy),
 		cardPolicy: placement.Policy(a.CardPolicy),
-		workload:   newWorkloadLearner(),
 	}
-	if h != nil && h.SharedInformerFactory() != nil {
-		if err := p.watch(ctx); err != nil {
-			return nil, err
-		}
-		p.live = true
+	if h == nil || h.SharedInformerFactory() == nil {
+		// Unit tests that feed the ledger by hand.
+		p.use(newShared(a, nil))
+		return p, nil
 	}
+	s, err := sharedFor(ctx, h, a, path)
+	if err != nil {
+		return nil, err
+	}
+	p.use(s)
+	p.live = true
 	return p, nil
+}
+
+func (p *QGPU) use(s *shared) {
+	p.shared = s
+	p.ledger, p.workload, p.synced = s.ledger, s.workload, s.synced
 }
 
 // decodeArgs accepts the typed args (from a config file) or none (defaults).

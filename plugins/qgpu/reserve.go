@@ -56,10 +56,12 @@ func (p *QGPU) snapshotNode(name string) fwk.NodeInfo {
 	return ni
 }
 
-// Unreserve frees what Reserve recorded; it is idempotent and never frees a
-// newer decision for the same pod on another node.
+// Unreserve frees what Reserve assumed; it is idempotent, never frees a
+// newer decision for the same pod on another node, and never frees slices
+// the informer already saw the pod bound with (a bind can fail after the
+// apiserver wrote it; see the ledger's package doc).
 func (p *QGPU) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
-	if p.ledger.Release(pod.UID, nodeName) {
+	if p.ledger.Unreserve(pod.UID, nodeName) {
 		klog.FromContext(ctx).V(4).Info("qGPU slices released", "pod", klog.KObj(pod), "node", nodeName)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -16,15 +17,21 @@ import (
 // watch feeds the ledger from the scheduler's informers: node inventories,
 // and the assignments of bound pods (the rebuild after a restart). Terminal
 // and deleted pods free their slices at once (the scheduler's pod informer
-// drops terminal pods, so they arrive as deletes).
-func (p *QGPU) watch(ctx context.Context) error {
-	f := p.handle.SharedInformerFactory()
+// drops terminal pods, so they arrive as deletes). These handlers are the
+// only writers of the ledger besides Reserve and Unreserve: the queueing
+// hints only decide (events.go), and a change that adds room wakes the pods
+// waiting for it (waiting.go).
+func (s *shared) watch(ctx context.Context, h framework.Handle) error {
+	f := h.SharedInformerFactory()
+	logger := klog.FromContext(ctx)
 	nodes, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.setNode(ctx, obj.(*v1.Node)) },
-		UpdateFunc: func(_, obj any) { p.setNode(ctx, obj.(*v1.Node)) },
+		AddFunc: func(obj any) { s.nodeChanged(ctx, h, nil, obj.(*v1.Node)) },
+		UpdateFunc: func(old, obj any) {
+			s.nodeChanged(ctx, h, old.(*v1.Node), obj.(*v1.Node))
+		},
 		DeleteFunc: func(obj any) {
 			if n, ok := tombstone[*v1.Node](obj); ok {
-				p.ledger.RemoveNode(n.Name)
+				s.ledger.RemoveNode(n.Name)
 			}
 		},
 	})
@@ -32,19 +39,38 @@ func (p *QGPU) watch(ctx context.Context) error {
 		return fmt.Errorf("watching nodes: %w", err)
 	}
 	pods, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { p.observePod(ctx, obj.(*v1.Pod)) },
-		UpdateFunc: func(_, obj any) { p.observePod(ctx, obj.(*v1.Pod)) },
+		AddFunc:    func(obj any) { s.observePod(ctx, obj.(*v1.Pod)) },
+		UpdateFunc: func(_, obj any) { s.observePod(ctx, obj.(*v1.Pod)) },
 		DeleteFunc: func(obj any) {
 			if pod, ok := tombstone[*v1.Pod](obj); ok {
-				p.ledger.Release(pod.UID, "")
+				s.waiting.forget(pod)
+				s.release(logger, pod)
 			}
 		},
 	})
 	if err != nil {
 		return fmt.Errorf("watching pods: %w", err)
 	}
-	p.synced = []cache.InformerSynced{nodes.HasSynced, pods.HasSynced}
+	s.synced = []cache.InformerSynced{nodes.HasSynced, pods.HasSynced}
 	return nil
+}
+
+// release frees the slices of a pod that is gone (deleted, or terminated),
+// whatever their state, and wakes the pods waiting for room.
+func (s *shared) release(logger klog.Logger, pod *v1.Pod) {
+	if s.ledger.Release(pod.UID, "") {
+		logger.V(5).Info("qGPU slices freed", "pod", klog.KObj(pod))
+		s.waiting.wake(logger, true)
+	}
+}
+
+// nodeChanged reads a node into the ledger and, when the change can add
+// room (the same test as the node hint's), wakes the waiting pods.
+func (s *shared) nodeChanged(ctx context.Context, h framework.Handle, old, node *v1.Node) {
+	setNode(ctx, h, s.ledger, node)
+	if nodeMayAddRoom(old, node) {
+		s.waiting.wake(klog.FromContext(ctx), node.Labels[protocol.LabelMixedEnable] == protocol.LabelValueEnable)
+	}
 }
 
 func tombstone[T any](obj any) (T, bool) {
@@ -57,47 +83,48 @@ func tombstone[T any](obj any) (T, bool) {
 
 // setNode reads a node's inventory into the ledger. A qGPU node without a
 // valid inventory has no cards; the reason goes to an event on the node.
-func (p *QGPU) setNode(ctx context.Context, node *v1.Node) {
+func setNode(ctx context.Context, h framework.Handle, l *ledger.Ledger, node *v1.Node) {
 	var alloc [len(protocol.Resources)]int64
 	for i, name := range protocol.Resources {
 		q := node.Status.Allocatable[v1.ResourceName(name)]
 		alloc[i] = q.Value()
 	}
-	p.ledger.SetAllocatable(node.Name, alloc)
+	l.SetAllocatable(node.Name, alloc)
 	if node.Labels[protocol.LabelDeviceEnable] != protocol.LabelValueEnable {
-		p.ledger.SetNode(node.Name, nil, ReasonNotQGPUNode, false)
+		l.SetNode(node.Name, nil, ReasonNotQGPUNode, false)
 		return
 	}
 	mixed := node.Labels[protocol.LabelMixedEnable] == protocol.LabelValueEnable
 	raw, ok := node.Annotations[protocol.AnnotationInventory]
 	if !ok {
-		p.ledger.SetNode(node.Name, nil, "no annotation "+protocol.AnnotationInventory, mixed)
+		l.SetNode(node.Name, nil, "no annotation "+protocol.AnnotationInventory, mixed)
 		return
 	}
 	inv, err := protocol.DecodeInventory([]byte(raw))
 	if err != nil {
 		reason := err.Error()
-		before, _ := p.ledger.CopyNode(node.Name, nil)
-		p.ledger.SetNode(node.Name, nil, reason, mixed)
+		before, _ := l.CopyNode(node.Name, nil)
+		l.SetNode(node.Name, nil, reason, mixed)
 		if before.Invalid != reason {
 			klog.FromContext(ctx).Info("qGPU node has an invalid inventory; treating it as having no cards", "node", klog.KObj(node), "err", err)
-			if rec := p.handle.EventRecorder(); rec != nil {
+			if rec := h.EventRecorder(); rec != nil {
 				rec.Eventf(node, nil, v1.EventTypeWarning, "InvalidQGPUInventory", "Scheduling", "node has no usable qGPU cards: %s", truncate(reason, 512))
 			}
 		}
 		return
 	}
-	p.ledger.SetNode(node.Name, inv, "", mixed)
+	l.SetNode(node.Name, inv, "", mixed)
 }
 
 // observePod records the assignment of a bound pod. Only the scheduler's own
 // assignments count: bound to the pod's UID and to the node it runs on.
-func (p *QGPU) observePod(ctx context.Context, pod *v1.Pod) {
+func (s *shared) observePod(ctx context.Context, pod *v1.Pod) {
+	s.waiting.track(pod)
 	if pod.Spec.NodeName == "" {
 		return
 	}
 	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		p.ledger.Release(pod.UID, "")
+		s.release(klog.FromContext(ctx), pod)
 		return
 	}
 	raw, ok := pod.Annotations[protocol.AnnotationAssignment]
@@ -113,7 +140,7 @@ func (p *QGPU) observePod(ctx context.Context, pod *v1.Pod) {
 	for _, c := range a.Containers {
 		h.Slices = append(h.Slices, c.Slices...)
 	}
-	if p.ledger.Observe(pod.UID, h) {
+	if s.ledger.Observe(pod.UID, h) {
 		klog.FromContext(ctx).V(5).Info("qGPU slices observed", "pod", klog.KObj(pod), "node", a.Node)
 	}
 }

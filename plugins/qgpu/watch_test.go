@@ -115,27 +115,3 @@ func TestQueueingHints(t *testing.T) {
 		})
 	}
 }
-
-// The queue's handler and the ledger's handler of one informer run in no set
-// order: the hints bring the ledger up to date before the pod is retried.
-func TestHintsUpdateLedgerFirst(t *testing.T) {
-	p := newPlugin(t, nil)
-	n := t4Node("n1", 1, false)
-	p.setNodes(n)
-	held := boundPod("held", "n1", "uid-held", protocol.Slice{Index: 0, UUID: "GPU-Tesla-T4-00", MemoryGiB: 10, Cores: 50})
-	p.observePod(context.Background(), held)
-	pending := builders.GPUPod("pending").General("c", 8, 50).Obj()
-	if hint, _ := p.isSchedulableAfterPodDeleted(klog.Background(), pending, held, nil); hint != fwk.Queue {
-		t.Fatalf("hint = %v", hint)
-	}
-	if _, ok := p.ledger.Holding("uid-held"); ok {
-		t.Fatal("the deleted pod still holds its slice when the pending pod is retried")
-	}
-	grown := t4Node("n1", 2, false)
-	if hint, _ := p.isSchedulableAfterNodeChange(klog.Background(), pending, n, grown); hint != fwk.Queue {
-		t.Fatalf("hint = %v", hint)
-	}
-	if got, _ := p.ledger.CopyNode("n1", nil); len(got.Cards) != 2 {
-		t.Fatalf("ledger has %d cards when the pending pod is retried, want 2", len(got.Cards))
-	}
-}

@@ -1,7 +1,3 @@
-// Package ledger is the scheduler's per-card bookkeeping (DESIGN §3): for every
-// card of every node, which pods hold how much memory and how many cores, and
-// of which class. It imports no scheduler framework code, so the trace replay
-// and the invariant checker run the very same accounting.
 package ledger
 
 import (
@@ -90,6 +86,9 @@ type Holding struct {
 	Class protocol.Class
 	// Slices are all the pod's slices, over all its containers.
 	Slices []protocol.Slice
+	// Bound is set once the informer saw the pod bound to Node with this
+	// assignment (Observe); until then the holding is assumed (Reserve).
+	Bound bool
 }
 
 // clone copies the holding with its own Slices, so that callers changing
@@ -150,14 +149,41 @@ func cardOf(cards []Card, s protocol.Slice) int {
 	return -1
 }
 
-// DefaultMaxPodsMiB applies the seed's rule to the memory NVML reports, which
-// is a little below the size the card is sold with (a 32 GB V100 reports
-// 32510 MiB): rounded to the nearest GiB, so that 32 GB → 8 pods as the seed says.
+// DefaultMaxPodsMiB applies the product's rule, a card holds at most its
+// memory / 4 pods (docs/ledger.md), to the card's nominal size: the size it
+// is sold with, which NVML reports a little below (a 16 GB T4 reports 15109
+// MiB with ECC on, a 32 GB V100 32510 MiB). So a T4 holds 4 pods, as a V100
+// holds 8.
 func DefaultMaxPodsMiB(memoryMiB int64) int {
-	return DefaultMaxPods((memoryMiB + protocol.GiB/2) / protocol.GiB)
+	return DefaultMaxPods(NominalGiB(memoryMiB))
 }
 
-// DefaultMaxPods is the seed's rule: a card holds at most Mc/4 pods (32 GiB → 8).
+// DefaultMaxPods is the rule on a nominal size in GiB: 32 → 8 pods, at least 1.
 func DefaultMaxPods(memoryGiB int64) int {
 	return max(1, int(memoryGiB/4))
+}
+
+// nominalSizes are the memory sizes, in GiB, that data-centre and
+// workstation cards are sold with.
+var nominalSizes = []int64{1, 2, 3, 4, 5, 6, 8, 10, 11, 12, 16, 20, 24, 32, 40, 48, 64, 80, 94, 96, 128, 141, 144, 180, 188, 192, 288}
+
+// nominalShare is how far below its nominal size a card may report: the
+// lowest seen is the T4's 92% (ECC and driver reservations); 90% keeps a card
+// of an unlisted size from being rounded up to the next listed one.
+const nominalShare = 0.90
+
+// NominalGiB is the listed size a card reporting memoryMiB is sold with: the
+// smallest one at or above the report, when the report is within
+// nominalShare of it; else the report rounded to the nearest GiB.
+func NominalGiB(memoryMiB int64) int64 {
+	for _, gib := range nominalSizes {
+		size := gib * protocol.GiB
+		if size >= memoryMiB {
+			if float64(memoryMiB) >= nominalShare*float64(size) {
+				return gib
+			}
+			break
+		}
+	}
+	return (memoryMiB + protocol.GiB/2) / protocol.GiB
 }

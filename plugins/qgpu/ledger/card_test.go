@@ -109,13 +109,32 @@ func TestDefaultMaxPods(t *testing.T) {
 	}
 }
 
+// Regression (issue 13, case 6): the rule applies to the size a card is
+// sold with, not to what NVML reports (a T4 got 3 pods).
 func TestDefaultMaxPodsMiB(t *testing.T) {
 	for _, tt := range []struct {
+		card string
 		mib  int64
 		want int
-	}{{32510, 8}, {15109, 3}, {16160, 4}, {22731, 5}, {81920, 20}, {1024, 1}} {
+	}{
+		{"Tesla T4 (16 GB, ECC on)", 15109, 4},
+		{"Tesla V100-SXM2-32GB", 32510, 8},
+		{"Tesla V100-SXM2-16GB", 16160, 4},
+		{"NVIDIA A10G (24 GB)", 22731, 6},
+		{"NVIDIA A10 (24 GB)", 23028, 6},
+		{"NVIDIA A100-SXM4-40GB, ECC on", 40536, 10},
+		{"NVIDIA A100-SXM4-80GB", 81920, 20},
+		{"NVIDIA H100 80GB HBM3", 81559, 20},
+		{"NVIDIA H200 (141 GB)", 143771, 35},
+		{"NVIDIA L40S (48 GB)", 46068, 12},
+		{"GeForce GTX 1080 Ti (11 GB)", 11178, 2},
+		{"1 GiB", 1024, 1},
+		// Sizes far from any listed one are rounded to the nearest GiB.
+		{"13.5 GiB, unlisted", 13824, 3},
+		{"28 GiB, unlisted", 28672, 7},
+	} {
 		if got := DefaultMaxPodsMiB(tt.mib); got != tt.want {
-			t.Errorf("DefaultMaxPodsMiB(%d) = %d, want %d", tt.mib, got, tt.want)
+			t.Errorf("%s: DefaultMaxPodsMiB(%d) = %d, want %d", tt.card, tt.mib, got, tt.want)
 		}
 	}
 }

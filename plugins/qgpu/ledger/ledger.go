@@ -199,18 +199,61 @@ func (l *Ledger) Reserve(uid types.UID, node string, class protocol.Class, choos
 	return slices, nil
 }
 
-// Observe records a holding seen on a bound pod (the rebuild after a restart,
-// or the informer catching up with a bind). The first decision wins: a pod
-// that already holds slices keeps them, whatever its annotation says now.
-// It reports whether the holding was new.
+// Observe records a holding seen on a bound pod: the informer saw the pod
+// bound to h.Node with the scheduler's assignment (the rebuild after a
+// restart, or the informer catching up with a bind). What the API says wins
+// over what was assumed: an assumed holding becomes bound, with the observed
+// slices, and one assumed on another node moves here. A bound holding is
+// never replaced (the first observed assignment wins). It reports whether
+// the ledger changed.
 func (l *Ledger) Observe(uid types.UID, h Holding) bool {
-	n := l.state(h.Node, true)
+	bound := h.clone()
+	bound.Bound = true
+	// A Reserve of the same pod elsewhere can slip in between dropping an
+	// assumed holding and taking this node's lock; the scheduler makes one
+	// decision at a time, so a few rounds settle it.
+	for range 8 {
+		if cur := l.holding(uid); cur != nil && !cur.Bound && cur.Node != h.Node {
+			// Assumed on another node (a bind the scheduler took for failed,
+			// then a new decision): the binding the API holds is the truth.
+			l.drop(uid, func(c *Holding) bool { return c == cur })
+		}
+		if changed, settled := l.observeOn(uid, bound); settled {
+			return changed
+		}
+	}
+	return false
+}
+
+// observeOn records or confirms bound on its node unless the pod holds
+// slices elsewhere; settled is false when it found an assumed holding on
+// another node, for Observe to drop.
+func (l *Ledger) observeOn(uid types.UID, bound *Holding) (changed, settled bool) {
+	n := l.state(bound.Node, true)
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if l.holding(uid) != nil {
-		return false
+	cur := l.holding(uid)
+	switch {
+	case cur == nil:
+		return l.record(uid, n, bound) == nil, true
+	case cur.Bound:
+		return false, true
+	case cur.Node != bound.Node:
+		return false, false
 	}
-	return l.record(uid, n, h.clone()) == nil
+	// Assumed here: confirm it. The holding is swapped, never changed in
+	// place, as readers copy it outside the node's lock.
+	l.mu.Lock()
+	if l.holders[uid] != cur {
+		l.mu.Unlock()
+		return false, false
+	}
+	l.holders[uid] = bound
+	l.mu.Unlock()
+	n.pods[uid] = bound
+	cur.ApplyTo(n.node.Cards, -1)
+	bound.ApplyTo(n.node.Cards, 1)
+	return true, true
 }
 
 // record adds h for uid unless the pod already holds slices (on any node),
@@ -230,19 +273,32 @@ func (l *Ledger) record(uid types.UID, n *nodeState, h *Holding) *Holding {
 	return nil
 }
 
-// Release frees a pod's slices; it is idempotent. With node non-empty it frees
-// only a holding on that node, so a late Unreserve never frees a newer decision.
+// Release frees what a pod holds, assumed or bound: the pod was deleted or
+// has terminated. It is idempotent. With node non-empty it frees only a
+// holding on that node.
 func (l *Ledger) Release(uid types.UID, node string) bool {
+	return l.drop(uid, func(h *Holding) bool { return node == "" || h.Node == node })
+}
+
+// Unreserve frees an assumed holding on node (the scheduler's Unreserve): a
+// holding the informer already confirmed bound is kept, since the pod does
+// hold it whatever the scheduler's bind call returned, and a holding on
+// another node is a newer decision. It is idempotent.
+func (l *Ledger) Unreserve(uid types.UID, node string) bool {
+	return l.drop(uid, func(h *Holding) bool { return !h.Bound && h.Node == node })
+}
+
+// drop frees the pod's holding if which accepts it.
+func (l *Ledger) drop(uid types.UID, which func(*Holding) bool) bool {
 	h := l.holding(uid)
-	if h == nil || (node != "" && h.Node != node) {
+	if h == nil || !which(h) {
 		return false
 	}
 	n := l.state(h.Node, false)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	l.mu.Lock()
-	cur := l.holders[uid]
-	if cur != h {
+	if l.holders[uid] != h {
 		l.mu.Unlock()
 		return false
 	}
