@@ -194,7 +194,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	grants := newGrantWriter(a.cfg.Client)
 	go grants.run(ctx)
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
-		Config: nodeCfg.Current, OnPodGranted: grants.enqueue}
+		Config: nodeCfg.Current, OnPodGranted: grants.enqueue, Cards: a.tracker.Cards, Recorder: a.recorder}
 	if a.cfg.PodResourcesSocket != "" {
 		alloc.Kubelet = podresources.Client{Socket: a.cfg.PodResourcesSocket}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -42,6 +43,11 @@ type Allocator struct {
 	// OnPodGranted runs (on the Allocate goroutine; it must not block) once every
 	// (container, resource) of the pod's assignment holds a grant.
 	OnPodGranted func(pod *v1.Pod, grant *protocol.Assignment)
+	// Cards returns the node's cards, for the last-line capacity check
+	// (capacity.go); nil skips the check (unit tests of matching alone).
+	Cards func() []protocol.Card
+	// Recorder, when set, records a refused grant as a Warning event on the pod.
+	Recorder record.EventRecorder
 	// Now is time.Now unless a test sets it.
 	Now func() time.Time
 
@@ -74,6 +80,13 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		return nil, err
 	}
 	g := a.grantOf(cand, resource, deviceIDs)
+	if err := a.withinCapacity(ctx, g); err != nil {
+		err = fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
+		if a.Recorder != nil {
+			a.Recorder.Event(cand.Pod, v1.EventTypeWarning, ReasonOverCapacity, err.Error())
+		}
+		return nil, err
+	}
 	resp, err := backend.Allocate(requestOf(g, policy))
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
@@ -85,6 +98,32 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		"amount", g.Amount, "backend", backend.Name(), "devices", len(deviceIDs))
 	a.notifyIfComplete(cand)
 	return resp, nil
+}
+
+// ReasonOverCapacity is the reason of the event on a pod whose grant was refused.
+const ReasonOverCapacity = "QGPUGrantRefused"
+
+// withinCapacity runs checkCapacity against the grants of the pods alive in
+// the informer cache and, if that refuses, once more against a fresh list:
+// a pod the cache still shows may be gone, and its grants no longer count.
+func (a *Allocator) withinCapacity(ctx context.Context, g store.Grant) error {
+	if a.Cards == nil {
+		return nil
+	}
+	grants, err := a.Store.List()
+	if err != nil {
+		return fmt.Errorf("reading the grants to check the card's capacity: %w", err)
+	}
+	pods, err := a.Pods.Cached()
+	if err == nil {
+		if err = checkCapacity(a.Cards(), grants, livePods(pods), g); err == nil {
+			return nil
+		}
+	}
+	if pods, err = a.Pods.Fresh(ctx); err != nil {
+		return fmt.Errorf("listing pods to check the card's capacity: %w", err)
+	}
+	return checkCapacity(a.Cards(), grants, livePods(pods), g)
 }
 
 // repeated finds the grant of a call the kubelet repeats with the same

@@ -152,20 +152,19 @@ func TestThawLeftoversAtStart(t *testing.T) {
 }
 
 // TestFailOpen: NVML errors thaw the card's offline pods at once, although
-// the online pod may still be busy; when NVML answers again they are frozen again.
+// the online pod may still be busy; when NVML answers again they are frozen
+// again. "At once" is checked without a clock: the idle window is an hour,
+// so a thaw that waited for it would never come within the wait's bound.
 func TestFailOpen(t *testing.T) {
 	s, cfg := newSim(t, cgroup.V2, true)
+	cfg.Idle = time.Hour
 	obs := &countingObserver{}
 	cfg.Observer = obs
 	defer start(t, cfg)()
 	s.SetOnlineBusy(true)
 	waitFrozen(t, s, true, "busy online pod")
 	s.NVML.SetProcessError(0, gonvml.ERROR_UNKNOWN)
-	t0 := time.Now()
 	waitFrozen(t, s, false, "NVML failing")
-	if d := time.Since(t0); d > poll+slack {
-		t.Errorf("fail-open took %s", d)
-	}
 	if obs.errors() == 0 {
 		t.Error("no NVML error reported")
 	}
