@@ -3,6 +3,7 @@ package allocate
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -24,12 +25,16 @@ var ErrOverCapacity = errors.New("grant would oversubscribe a card")
 // the same container and resource is being replaced and does not count.
 func checkCapacity(cards []protocol.Card, grants []store.Grant, live map[string]bool, g store.Grant) error {
 	held := map[string]int64{}
+	holders := map[string][]string{}
 	for _, o := range grants {
 		if o.Resource != g.Resource || o.Key() == g.Key() || !live[o.PodUID] {
 			continue
 		}
 		for _, s := range o.Slices {
-			held[s.UUID] += amountOn(o.Resource, o.Class, s)
+			if n := amountOn(o.Resource, o.Class, s); n > 0 {
+				held[s.UUID] += n
+				holders[s.UUID] = append(holders[s.UUID], fmt.Sprintf("%s/%s/%s %d", o.Namespace, o.Name, o.Container, n))
+			}
 		}
 	}
 	for _, s := range g.Slices {
@@ -43,8 +48,8 @@ func checkCapacity(cards []protocol.Card, grants []store.Grant, live map[string]
 			capacity, unit = c.MemoryGiB(), "GiB"
 		}
 		if held[s.UUID]+want > capacity {
-			return fmt.Errorf("%w: %s on card %d (%s): %d %s already granted + %d %s asked > the card's %d %s",
-				ErrOverCapacity, g.Resource, c.Index, c.UUID, held[s.UUID], unit, want, unit, capacity, unit)
+			return fmt.Errorf("%w: %s on card %d (%s): %d %s already granted + %d %s asked > the card's %d %s (held by %s)",
+				ErrOverCapacity, g.Resource, c.Index, c.UUID, held[s.UUID], unit, want, unit, capacity, unit, strings.Join(holders[s.UUID], ", "))
 		}
 		held[s.UUID] += want
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,9 +37,25 @@ func (p *QGPU) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeNam
 		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
+		if p.bindPersisted(ctx, pod, nodeName, value) {
+			klog.FromContext(ctx).V(2).Info("Binding call failed, but the pod is bound with its assignment", "pod", klog.KObj(pod), "node", nodeName, "err", err)
+			return nil
+		}
 		return fwk.AsStatus(fmt.Errorf("binding pod %s with its assignment: %w", klog.KObj(pod), err))
 	}
 	return nil
+}
+
+// bindPersisted reads the pod back after a failed binding call: a call can
+// fail after the apiserver wrote the binding (the response lost on the
+// way). Taking such a bind for failed would make the framework Unreserve
+// slices the pod holds, until the informer shows it bound, and another pod
+// could be placed on them in between. A read that fails counts as not bound.
+func (p *QGPU) bindPersisted(ctx context.Context, pod *v1.Pod, nodeName, assignment string) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cur, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	return err == nil && cur.UID == pod.UID && cur.Spec.NodeName == nodeName && cur.Annotations[protocol.AnnotationAssignment] == assignment
 }
 
 // encodeAssignment is the annotation value for what Reserve decided.

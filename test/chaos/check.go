@@ -6,6 +6,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,11 +27,14 @@ const probeNS = "chaos-probe"
 // checks (1) the cluster as kubectl qgpu check does, (2) the scheduler's
 // ledger against a rebuild: with every pod deleted, one whole-card pod per
 // healthy card must bind, or the scheduler still counts a slice of a gone
-// pod, (3) the agents' stores: no grant for a gone or terminal pod.
+// pod, (3) the agents' stores: no grant for a gone or terminal pod, and (4)
+// no grant the agent refused for a card's capacity: each one is an
+// assignment the scheduler made over what the card has.
 func (e *env) finish(ctx context.Context) int {
 	time.Sleep(3 * time.Second)
 	e.printCounts(ctx)
-	n := e.checkCluster(ctx, "after the faults")
+	n := e.checkRefusals()
+	n += e.checkCluster(ctx, "after the faults")
 	n += e.probe(ctx)
 	n += e.checkCluster(ctx, "after the probe")
 	return n + e.checkStores(ctx)
@@ -62,6 +66,23 @@ func (e *env) printCounts(ctx context.Context) {
 	for _, msg := range slices.Sorted(maps.Keys(byMsg)) {
 		fmt.Printf("  failed admission (%d): %s\n", byMsg[msg], msg)
 	}
+}
+
+// overCapacity is what the agent's refusal of a grant over a card's
+// capacity says (agent/allocate.ErrOverCapacity), as the kubelet reports it
+// in the pod's status.
+const overCapacity = "grant would oversubscribe a card"
+
+func (e *env) checkRefusals() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var v []view.Violation
+	for uid, msg := range e.refused {
+		if strings.Contains(msg, overCapacity) {
+			v = append(v, view.Violation{Kind: "OverCapacityAssignment", Object: "pod " + string(uid), Detail: "the agent refused its grant: " + msg})
+		}
+	}
+	return report("agent capacity refusals", v)
 }
 
 func (e *env) read(ctx context.Context) (*view.Cluster, error) {

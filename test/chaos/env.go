@@ -38,6 +38,10 @@ type env struct {
 	deleted  int
 	extra    []*harness.Scheduler // replicas beside c.Scheduler
 	savedInv string               // an inventory to restore
+	// schedulers, when set, are the scheduler names new pods take in turn.
+	schedulers []string
+	// cleanups run when the env stops, after the cluster.
+	cleanups []func()
 	stopInf  context.CancelFunc
 }
 
@@ -164,6 +168,9 @@ func (e *env) stop() {
 	}
 	if err := e.c.Stop(); err != nil {
 		fmt.Printf("stopping cluster: %v\n", err)
+	}
+	for _, f := range e.cleanups {
+		f()
 	}
 	if e.o.keep == "" {
 		_ = os.RemoveAll(e.c.Dir)

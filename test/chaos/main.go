@@ -39,6 +39,7 @@ var runs = []chaosRun{
 	{"bind-failures", "PreBind's update and the binding rejected by toggled admission policies, label patches racing PreBind (conflicts)", runBindFailures},
 	{"agent-kubelet", "agent SIGKILLed between and during Allocate calls and store writes, kubelet device manager restarted, a card turned unhealthy under its pods", runAgentKubelet},
 	{"topology", "pods deleted while being scheduled, a node deleted and re-added, a card removed from an inventory under running pods and restored", runTopology},
+	{"ledger-orders", "binding responses lost after the write (a proxy), a node's mixed label and a card's health flipping while pods wait, two QGPU profiles in one scheduler", runLedgerOrders},
 }
 
 func main() {

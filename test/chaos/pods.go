@@ -31,6 +31,9 @@ func (e *env) randomPod(i int) *corev1.Pod {
 	}
 	p := b.Obj()
 	p.UID = ""
+	if len(e.schedulers) > 0 {
+		p.Spec.SchedulerName = e.schedulers[i%len(e.schedulers)]
+	}
 	return p
 }
 
