@@ -34,7 +34,7 @@ func on(node string, cards ...int) placed {
 // playground (DefaultNodes, RBAC on, the scheduler with the generated
 // ConfigMap's config, the agents as their ServiceAccount) and every pod of
 // manifests/examples, created one at a time so that each placement rule of
-// DESIGN §3 is asserted on a known state.
+// docs/ledger.md is asserted on a known state.
 func TestE2EExamples(t *testing.T) {
 	c := harness.StartTestCluster(t, harness.ClusterOptions{RBAC: true})
 	cs := c.Client
@@ -53,10 +53,11 @@ func TestE2EExamples(t *testing.T) {
 		// General pods: binpack onto the fullest node and card that fits.
 		{"general-5g-30c", on("t4-0", 0)},
 		{"common-pod", on("t4-0", 0)},
-		// use-gputype: T4 only, and binpack again (card 0 now holds 3/3 pods).
+		// use-gputype: T4 only, and binpack again (card 0 now holds 3 of its 4 pods, 12 of 14 GiB).
 		{"t4-only", on("t4-0", 0)},
-		// Each container its own slice, both on card 1: card 0 has no pod slot left.
-		{"two-containers", on("t4-0", 1)},
+		// Each container its own slice: the 6 GiB model on card 1, the 1 GiB
+		// sidecar in card 0's last 2 GiB and last pod slot (4 on a 16 GB T4).
+		{"two-containers", placed{Node: "t4-0", Cards: map[string][]int{"model": {1}, "sidecar": {0}}}},
 		// Whole cards only on empty cards: the T4 and V100 cards are taken.
 		{"whole-two-cards", on("a100-0", 0, 1)},
 		// nouse-gputype T4: the fullest shareable card that is not a T4.
@@ -198,11 +199,11 @@ func e2eRejected(t *testing.T, c *harness.Cluster, pods map[string]*corev1.Pod) 
 	}
 }
 
-// e2eDeleteFrees: a T4 pod that fits the node's totals but no T4 card (card
-// 0 has no pod slot, card 1 7 of 14 GiB free) lands once the pod on card 1
-// is deleted.
+// e2eDeleteFrees: a T4 pod that fits the node's totals (9 of 28 GiB free)
+// but no T4 card (card 0 has 1 GiB and no pod slot free, card 1 8 GiB) lands
+// on card 1 once the two-container pod is deleted.
 func e2eDeleteFrees(t *testing.T, c *harness.Cluster) {
-	big := builders.GPUPod("t4-8g").Annotation(protocol.AnnotationUseGPUType, "T4").General("c", 8, 50).Obj()
+	big := builders.GPUPod("t4-9g").Annotation(protocol.AnnotationUseGPUType, "T4").General("c", 9, 50).Obj()
 	createPods(t, c.Client, big)
 	if msg := waitFailedScheduling(t, c.Client, "default", big.Name); !strings.Contains(msg, "insufficient qGPU card memory, cores or pod slots") {
 		t.Errorf("FailedScheduling %q does not say the cards are full", msg)
@@ -235,7 +236,7 @@ func e2eKubectlNodes(t *testing.T, c *harness.Cluster) {
 	}
 	want := map[string]string{
 		"t4-0/0":         "default/common-pod,default/general-5g-30c,default/t4-only",
-		"t4-0/1":         "default/t4-8g",
+		"t4-0/1":         "default/t4-9g",
 		"v100-mixed-0/0": "default/offline-pod,default/offline-pod-2",
 		"v100-mixed-0/1": "default/online-pod,default/online-pod-2",
 		"a100-0/0":       "default/whole-two-cards",
