@@ -28,8 +28,8 @@ type ClusterOptions struct {
 	// StartCluster); the nodes use system:node:<name> certificates.
 	// Without it every component is admin.
 	RBAC bool
-	// Profile is a scheduler profile such as config/qgpu-scheduler-spread.yaml,
-	// with its lease moved to qgpu-system as hack/gen-manifests.sh does.
+	// Profile is a scheduler profile such as config/qgpu-scheduler-spread.yaml
+	// (the profiles keep their lease in qgpu-system, where the RBAC grants it).
 	// Empty: the config of the generated manifests/scheduler/configmap.yaml,
 	// i.e. what a real deployment runs.
 	Profile string
@@ -161,7 +161,7 @@ func (c *Cluster) startScheduler(ctx context.Context, opts ClusterOptions, kubec
 func (c *Cluster) SchedulerLogPath() string { return filepath.Join(c.Dir, "scheduler.log") }
 
 // schedulerConfig returns the KubeSchedulerConfiguration the scheduler
-// runs: the generated ConfigMap's, or profile with its lease in qgpu-system.
+// runs: the generated ConfigMap's, or profile.
 func schedulerConfig(profile string) ([]byte, error) {
 	if profile != "" {
 		p, err := repoPath(profile)
@@ -172,9 +172,7 @@ func schedulerConfig(profile string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading profile: %w", err)
 		}
-		// The same rewrite as hack/gen-manifests.sh: the RBAC grants the
-		// scheduler its lease in its own namespace only.
-		return []byte(strings.ReplaceAll(string(b), "resourceNamespace: kube-system", "resourceNamespace: qgpu-system")), nil
+		return b, nil
 	}
 	p, err := repoPath("manifests/scheduler/configmap.yaml")
 	if err != nil {
