@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/yaml"
 
+	"github.com/qgpu-scheduler/qgpu/test/builders"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -170,4 +171,26 @@ func checkShippedRBAC(t *testing.T, cp *harness.ControlPlane) {
 			t.Errorf("%s %+v: allowed %v, want %v (%s)", c.user, c.a, got.Status.Allowed, c.allow, got.Status.Reason)
 		}
 	}
+}
+
+// TestSpreadProfileUnderShippedRBAC runs the scheduler with
+// config/qgpu-scheduler-spread.yaml as it is (the harness no longer moves
+// its lease) and the agents with exactly the manifests' RBAC: the scheduler
+// must win its lease in qgpu-system and bind a qGPU pod with only its
+// shipped rules, and nobody may be refused anything. (The default profile
+// is TestE2EExamples'; the gang profile needs the PodGroup CRD.)
+func TestSpreadProfileUnderShippedRBAC(t *testing.T) {
+	nodes, err := harness.ParseNodes("t4-0:2xT4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := harness.StartTestCluster(t, harness.ClusterOptions{Nodes: nodes, RBAC: true, Profile: "config/qgpu-scheduler-spread.yaml"})
+	createPods(t, c.Client, builders.GPUPod("spread-1").General("c", 2, 10).Obj(), builders.GPUPod("spread-2").General("c", 2, 10).Obj())
+	_, a1 := waitBound(t, c.Client, "default", "spread-1")
+	_, a2 := waitBound(t, c.Client, "default", "spread-2")
+	waitGrant(t, c.Client, "default", "spread-1")
+	if a1.Containers[0].Slices[0].Index == a2.Containers[0].Slices[0].Index {
+		t.Errorf("the spread profile put both pods on card %d", a1.Containers[0].Slices[0].Index)
+	}
+	assertNoForbidden(t, c)
 }
