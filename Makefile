@@ -10,7 +10,7 @@ UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
 TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
 
-.PHONY: all build test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos
+.PHONY: all build test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests
 
 all: build
 
@@ -68,6 +68,11 @@ playground-down:
 # offline pod beside it suspended and resumed (kubectl qgpu, metrics).
 playground-colocation: $(BIN)/qgpu-playground
 	@hack/playground.sh colocation
+
+# Regenerates manifests/scheduler/configmap.yaml from config/qgpu-scheduler.yaml
+# (TestManifestsConfigMapFresh fails while it is stale).
+manifests:
+	hack/gen-manifests.sh
 
 integration: build
 	$(GO) test -count=1 -timeout 30m ./test/integration/...

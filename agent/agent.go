@@ -46,7 +46,7 @@ type Config struct {
 	HAMiLibDir         string
 	MPSRoot            string
 	MPSControlBin      string // "" : the agent runs no MPS control daemons
-	MetricsAddr        string // "" disables metrics
+	MetricsAddr        string // "" disables metrics and the health probes
 	HealthInterval     time.Duration
 	ReconcileInterval  time.Duration
 	// The online/offline priority controller (agent/priority).
@@ -122,29 +122,42 @@ func Run(ctx context.Context, cfg Config) error {
 	defer driver.Close()
 	tracker := inventory.NewTracker(driver.Cards())
 	logger.Info("Discovered cards", "node", cfg.NodeName, "cards", len(driver.Cards()))
-	if err := publishWhenRegistered(ctx, cfg, tracker); err != nil {
+	a := &agent{cfg: cfg, store: st, tracker: tracker, metrics: metrics.New(), probes: &probes{store: st, tracker: tracker}}
+	// The probes answer from here on: while the agent waits for its Node or
+	// the API server, liveness passes and readiness says what is missing.
+	var metricsAddr net.Addr
+	if cfg.MetricsAddr != "" {
+		if metricsAddr, err = a.metrics.Serve(ctx, cfg.MetricsAddr, a.probes.handlers()); err != nil {
+			return err
+		}
+	}
+	if err := publishWhenRegistered(ctx, cfg, tracker, a.probes.onPublished); err != nil {
 		return err
 	}
 	recorder, stopEvents := newRecorder(cfg.Client, cfg.NodeName)
 	defer stopEvents()
-	a := &agent{cfg: cfg, store: st, tracker: tracker, recorder: recorder, metrics: metrics.New()}
-	return a.run(ctx, driver)
+	a.recorder = recorder
+	return a.run(ctx, driver, metricsAddr)
 }
 
 // publishWhenRegistered publishes the inventory, waiting while the Node does
 // not exist yet: the kubelet registers it asynchronously, so an agent that
 // starts with the kubelet (the hollow node, a static pod, a node that
 // re-registers) would otherwise exit before its node is there.
-func publishWhenRegistered(ctx context.Context, cfg Config, tracker *inventory.Tracker) error {
+func publishWhenRegistered(ctx context.Context, cfg Config, tracker *inventory.Tracker, published func(*protocol.Inventory)) error {
 	logged := false
 	return wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		err := inventory.Publish(ctx, cfg.Client, cfg.NodeName, tracker.Inventory())
+		inv := tracker.Inventory()
+		err := inventory.Publish(ctx, cfg.Client, cfg.NodeName, inv)
 		if apierrors.IsNotFound(err) {
 			if !logged {
 				klog.FromContext(ctx).Info("Waiting for the Node to be registered", "node", cfg.NodeName)
 				logged = true
 			}
 			return false, nil
+		}
+		if err == nil {
+			published(inv)
 		}
 		return err == nil, err
 	})
@@ -157,9 +170,10 @@ type agent struct {
 	recorder record.EventRecorder
 	metrics  *metrics.Metrics
 	plugins  *deviceplugin.Manager
+	probes   *probes
 }
 
-func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
+func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Addr) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	podSource := pods.New(a.cfg.Client, a.cfg.NodeName)
@@ -183,14 +197,6 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy)
 		a.startMPS(ctx, mps, b)
 	}
-	var metricsAddr net.Addr
-	if a.cfg.MetricsAddr != "" {
-		addr, err := a.metrics.Serve(ctx, a.cfg.MetricsAddr)
-		if err != nil {
-			return err
-		}
-		metricsAddr = addr
-	}
 	grants := newGrantWriter(a.cfg.Client)
 	go grants.run(ctx)
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
@@ -200,7 +206,9 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver) error {
 	}
 	a.plugins = deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
 	defer a.plugins.Stop()
+	a.probes.plugins.Store(a.plugins)
 	publish := newPublisher(a.cfg.Client, a.cfg.NodeName, a.tracker)
+	publish.published = a.probes.onPublished
 	go publish.run(ctx)
 	a.tracker.Subscribe(func(cards []protocol.Card) {
 		a.plugins.UpdateCards(cards)

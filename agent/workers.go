@@ -84,6 +84,8 @@ type publisher struct {
 	node    string
 	tracker *inventory.Tracker
 	kick    chan struct{}
+	// published, if set, is called with every inventory written.
+	published func(*protocol.Inventory)
 }
 
 func newPublisher(client kubernetes.Interface, node string, tracker *inventory.Tracker) *publisher {
@@ -103,11 +105,14 @@ func (p *publisher) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-p.kick:
+			inv := p.tracker.Inventory()
 			err := retry(ctx, 5, func() error {
-				return inventory.Publish(ctx, p.client, p.node, p.tracker.Inventory())
+				return inventory.Publish(ctx, p.client, p.node, inv)
 			})
 			if err != nil {
 				klog.FromContext(ctx).Error(err, "Publishing the inventory")
+			} else if p.published != nil {
+				p.published(inv)
 			}
 		}
 	}

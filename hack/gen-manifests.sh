@@ -14,6 +14,5 @@ profile=${1:-config/qgpu-scheduler.yaml}
 	echo "  namespace: qgpu-system"
 	echo "data:"
 	echo "  config.yaml: |"
-	# Inside the cluster the lease lives next to the scheduler.
-	sed -e 's/^/    /' -e 's/resourceNamespace: kube-system/resourceNamespace: qgpu-system/' "$profile"
+	sed -e 's/^/    /' "$profile"
 } > manifests/scheduler/configmap.yaml

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -26,6 +27,10 @@ type Manager struct {
 	Registered func()
 
 	mu sync.Mutex // serialises restarts
+
+	state        sync.Mutex
+	registered   bool      // every plugin registered with the current kubelet
+	failingSince time.Time // first failed or unfinished registration round; zero when registered
 }
 
 // NewManager returns the plugins of all qGPU resources in dir, with cards' devices.
@@ -50,6 +55,7 @@ func (m *Manager) UpdateCards(cards []protocol.Card) {
 func (m *Manager) Start(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.setRegistered(false)
 	for _, p := range m.Plugins {
 		p.Stop()
 		if err := p.Serve(ctx); err != nil {
@@ -61,11 +67,58 @@ func (m *Manager) Start(ctx context.Context) error {
 			return err
 		}
 	}
+	m.setRegistered(true)
 	klog.FromContext(ctx).Info("Device plugins registered", "dir", m.Dir)
 	if m.Registered != nil {
 		m.Registered()
 	}
 	return nil
+}
+
+func (m *Manager) setRegistered(ok bool) {
+	m.state.Lock()
+	defer m.state.Unlock()
+	m.registered = ok
+	switch {
+	case ok:
+		m.failingSince = time.Time{}
+	case m.failingSince.IsZero():
+		m.failingSince = time.Now()
+	}
+}
+
+// Ready returns nil when every plugin is registered with the kubelet that
+// runs now: the last registration round succeeded, and neither kubelet.sock
+// nor a plugin socket has gone since (a restarting kubelet deletes the
+// plugin sockets before it re-creates its own).
+func (m *Manager) Ready() error {
+	m.state.Lock()
+	registered := m.registered
+	m.state.Unlock()
+	if !registered {
+		return errors.New("device plugins not registered with the kubelet")
+	}
+	socks := []string{filepath.Join(m.Dir, KubeletSocketName)}
+	for _, p := range m.Plugins {
+		socks = append(socks, p.Socket)
+	}
+	for _, s := range socks {
+		if _, err := os.Stat(s); err != nil {
+			return fmt.Errorf("socket gone since registration (kubelet restarting?): %w", err)
+		}
+	}
+	return nil
+}
+
+// FailingFor returns how long registration has been failing or unfinished,
+// 0 while the plugins are registered or before the first attempt.
+func (m *Manager) FailingFor() time.Duration {
+	m.state.Lock()
+	defer m.state.Unlock()
+	if m.failingSince.IsZero() {
+		return 0
+	}
+	return time.Since(m.failingSince)
 }
 
 // Stop stops every plugin and removes its socket.

@@ -198,3 +198,65 @@ func TestDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyFollowsRegistration: Ready fails before the first registration,
+// while the kubelet is missing, and once a kubelet restart has removed the
+// plugin sockets; it passes again after Run re-registered.
+func TestReadyFollowsRegistration(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	m := NewManager(dir, testCards(), fakeAlloc{})
+	defer m.Stop()
+	if err := m.Ready(); err == nil {
+		t.Error("Ready before any registration")
+	}
+	if d := m.FailingFor(); d != 0 {
+		t.Errorf("FailingFor before any attempt = %v", d)
+	}
+	if err := m.Start(ctx); err == nil {
+		t.Fatal("Start without a kubelet succeeded")
+	}
+	if err := m.Ready(); err == nil {
+		t.Error("Ready although registration failed")
+	}
+	if d := m.FailingFor(); d <= 0 {
+		t.Errorf("FailingFor after a failed attempt = %v, want > 0", d)
+	}
+	kubelet := startKubelet(t, dir)
+	if err := m.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kubelet.expectRegistrations(t)
+	if err := m.Ready(); err != nil {
+		t.Errorf("Ready after registration: %v", err)
+	}
+	if d := m.FailingFor(); d != 0 {
+		t.Errorf("FailingFor while registered = %v", d)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx, false) }()
+	time.Sleep(200 * time.Millisecond) // let Run add its watch (as in TestReRegisterWhenKubeletRestarts)
+
+	// A kubelet restart removes the plugin sockets first.
+	kubelet.server.Stop()
+	for _, name := range []string{KubeletSocketName, SocketNames[protocol.ResourceCore]} {
+		os.Remove(filepath.Join(dir, name))
+	}
+	if err := m.Ready(); err == nil {
+		t.Error("Ready although the kubelet removed the sockets")
+	}
+	restarted := startKubelet(t, dir)
+	restarted.expectRegistrations(t)
+	deadline := time.Now().Add(5 * time.Second)
+	for m.Ready() != nil && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := m.Ready(); err != nil {
+		t.Errorf("Ready after re-registration: %v", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}

@@ -102,16 +102,19 @@ func (m *Metrics) ObserveAllocate(resource string, err error) {
 	m.allocations.WithLabelValues(resource, result).Inc()
 }
 
-// Serve serves /metrics on addr until ctx ends and returns the address it
-// listens on (addr may use port 0).
-func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
+// Serve serves /metrics, and the handlers of extra by path (the health
+// probes), on addr until ctx ends, and returns the address it listens on
+// (addr may use port 0).
+func (m *Metrics) Serve(ctx context.Context, addr string, extra map[string]http.Handler) (net.Addr, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok")) })
+	for path, h := range extra {
+		mux.Handle(path, h)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -53,7 +53,7 @@ func TestUpdateAndServe(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	addr, err := m.Serve(ctx, "127.0.0.1:0")
+	addr, err := m.Serve(ctx, "127.0.0.1:0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

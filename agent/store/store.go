@@ -101,6 +101,17 @@ func initBuckets(tx *bolt.Tx) error {
 // Close closes the file.
 func (s *Store) Close() error { return s.db.Close() }
 
+// Check reads the grants bucket in a read transaction: it fails once the
+// store is closed, and hangs only if the file does (the health probes bound it).
+func (s *Store) Check() error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketGrants) == nil {
+			return errors.New("store has no grants bucket")
+		}
+		return nil
+	})
+}
+
 // Put records g; it fails with ErrExists if its key is taken.
 func (s *Store) Put(g Grant) error {
 	g.Version = SchemaVersion

@@ -101,3 +101,21 @@ func TestSchemaVersionChecked(t *testing.T) {
 		t.Errorf("want a schema version error, got %v", err)
 	}
 }
+
+// TestCheck: the health probes' store check passes on an open store and
+// fails once it is closed.
+func TestCheck(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err != nil {
+		t.Errorf("Check on an open store: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(); err == nil {
+		t.Error("Check on a closed store passed")
+	}
+}

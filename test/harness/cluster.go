@@ -28,8 +28,8 @@ type ClusterOptions struct {
 	// StartCluster); the nodes use system:node:<name> certificates.
 	// Without it every component is admin.
 	RBAC bool
-	// Profile is a scheduler profile such as config/qgpu-scheduler-spread.yaml,
-	// with its lease moved to qgpu-system as hack/gen-manifests.sh does.
+	// Profile is a scheduler profile such as config/qgpu-scheduler-spread.yaml
+	// (the profiles keep their lease in qgpu-system, where the RBAC grants it).
 	// Empty: the config of the generated manifests/scheduler/configmap.yaml,
 	// i.e. what a real deployment runs.
 	Profile string
@@ -114,12 +114,14 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 
 // componentCredentials writes the scheduler's and the agent's kubeconfigs:
 // with RBAC, tokens of the manifests' ServiceAccounts bound to the
-// manifests' rules (applied here); otherwise the admin kubeconfig.
+// manifests' rules and the agent's own-node policy (applied here), and ""
+// for the agent: each node's agent gets a token of its own (agentKubeconfig);
+// otherwise the admin kubeconfig.
 func (c *Cluster) componentCredentials(ctx context.Context, rbac bool) (scheduler, agent string, err error) {
 	// The scheduler's lease lives in qgpu-system, with or without RBAC.
 	files := []string{"manifests/namespace.yaml"}
 	if rbac {
-		files = append(files, "manifests/scheduler/rbac.yaml", "manifests/agent/rbac.yaml")
+		files = append(files, "manifests/scheduler/rbac.yaml", "manifests/agent/rbac.yaml", "manifests/agent/own-node-policy.yaml")
 	}
 	objs, err := ReadManifests(files...)
 	if err != nil {
@@ -135,11 +137,7 @@ func (c *Cluster) componentCredentials(ctx context.Context, rbac bool) (schedule
 	if err := c.KubeconfigForServiceAccount(ctx, "qgpu-system", "qgpu-scheduler", scheduler); err != nil {
 		return "", "", err
 	}
-	agent = filepath.Join(c.Dir, "agent.kubeconfig")
-	if err := c.KubeconfigForServiceAccount(ctx, "qgpu-system", "qgpu-agent", agent); err != nil {
-		return "", "", err
-	}
-	return scheduler, agent, nil
+	return scheduler, "", nil
 }
 
 func (c *Cluster) startScheduler(ctx context.Context, opts ClusterOptions, kubeconfig string) error {
@@ -161,7 +159,7 @@ func (c *Cluster) startScheduler(ctx context.Context, opts ClusterOptions, kubec
 func (c *Cluster) SchedulerLogPath() string { return filepath.Join(c.Dir, "scheduler.log") }
 
 // schedulerConfig returns the KubeSchedulerConfiguration the scheduler
-// runs: the generated ConfigMap's, or profile with its lease in qgpu-system.
+// runs: the generated ConfigMap's, or profile.
 func schedulerConfig(profile string) ([]byte, error) {
 	if profile != "" {
 		p, err := repoPath(profile)
@@ -172,9 +170,7 @@ func schedulerConfig(profile string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading profile: %w", err)
 		}
-		// The same rewrite as hack/gen-manifests.sh: the RBAC grants the
-		// scheduler its lease in its own namespace only.
-		return []byte(strings.ReplaceAll(string(b), "resourceNamespace: kube-system", "resourceNamespace: qgpu-system")), nil
+		return b, nil
 	}
 	p, err := repoPath("manifests/scheduler/configmap.yaml")
 	if err != nil {
@@ -209,6 +205,12 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 		kubeconfig := filepath.Join(root, "kubeconfig")
 		if err := c.KubeconfigForUser(kubeconfig, "system:node:"+spec.Name, "system:nodes"); err != nil {
 			return err
+		}
+		agentKubeconfig := agentKubeconfig
+		if agentKubeconfig == "" {
+			if agentKubeconfig, err = c.agentKubeconfig(ctx, spec.Name, root); err != nil {
+				return err
+			}
 		}
 		args := append([]string{
 			"--fake-cards=" + spec.Cards,

@@ -134,23 +134,44 @@ func (cp *ControlPlane) KubeconfigForUser(path, user string, groups ...string) e
 // rules, applied by the test). The namespace and the ServiceAccount are
 // created when missing.
 func (cp *ControlPlane) KubeconfigForServiceAccount(ctx context.Context, ns, name, path string) error {
+	tok, err := cp.ServiceAccountToken(ctx, ns, name, nil)
+	if err != nil {
+		return err
+	}
+	return cp.writeKubeconfig(path, &clientcmdapi.AuthInfo{Token: tok})
+}
+
+// ServiceAccountToken mints a 24 h token for ServiceAccount ns/name,
+// creating the namespace and the account when missing. With bound (a Pod
+// of that account), the token is bound to the pod as the kubelet's
+// projected tokens are: it dies with the pod and, for a pod with a
+// spec.nodeName, carries the node's name in the user's extra
+// authentication.kubernetes.io/node-name.
+func (cp *ControlPlane) ServiceAccountToken(ctx context.Context, ns, name string, bound *authenticationv1.BoundObjectReference) (string, error) {
 	nsObj := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
 	if _, err := cp.Client.CoreV1().Namespaces().Create(ctx, nsObj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating namespace %s: %w", ns, err)
+		return "", fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}
 	if _, err := cp.Client.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("creating serviceaccount %s/%s: %w", ns, name, err)
+		return "", fmt.Errorf("creating serviceaccount %s/%s: %w", ns, name, err)
 	}
 	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		// Long enough for any test or playground session; nothing rotates it.
 		ExpirationSeconds: ptr.To[int64](24 * 3600),
+		BoundObjectRef:    bound,
 	}}
 	tok, err := cp.Client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, req, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("requesting token for serviceaccount %s/%s: %w", ns, name, err)
+		return "", fmt.Errorf("requesting token for serviceaccount %s/%s: %w", ns, name, err)
 	}
-	return cp.writeKubeconfig(path, &clientcmdapi.AuthInfo{Token: tok.Status.Token})
+	return tok.Status.Token, nil
+}
+
+// ConfigForToken returns a client config authenticating with a bearer token.
+func (cp *ControlPlane) ConfigForToken(token string) *rest.Config {
+	return &rest.Config{Host: cp.URL, QPS: 1000, Burst: 10000, BearerToken: token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.servingCA}}
 }
 
 func (cp *ControlPlane) writeKubeconfig(path string, auth *clientcmdapi.AuthInfo) error {

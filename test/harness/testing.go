@@ -86,9 +86,19 @@ func tail(path string, n int) string {
 }
 
 // StartQGPUScheduler runs the real scheduler binary with profile against cp
-// with admin credentials, stopping it when t ends and logging its tail if t failed.
+// with admin credentials, stopping it when t ends and logging its tail if t
+// failed. It creates the namespace of the profiles' lease (qgpu-system).
 func StartQGPUScheduler(t testing.TB, cp *ControlPlane, profile string, args ...string) *Scheduler {
 	t.Helper()
+	ns, err := ReadManifests("manifests/namespace.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := Apply(ctx, cp.Config, ns, false); err != nil {
+		t.Fatalf("creating the scheduler's namespace: %v", err)
+	}
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := cp.WriteKubeconfig(kubeconfig); err != nil {
