@@ -61,6 +61,9 @@ func runLedgerOrders(ctx context.Context, e *env) error {
 	wg.Wait()
 	proxy.losing.Store(false)
 	e.logf("%d binding responses lost after the write, %d node label/health flips; two QGPU profiles", proxy.lost.Load(), flips)
+	if err != nil {
+		return err
+	}
 	if proxy.lost.Load() == 0 {
 		return errors.New("no binding response was lost: the run tested nothing")
 	}
