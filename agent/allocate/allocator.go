@@ -44,6 +44,9 @@ type Allocator struct {
 	OnPodGranted func(pod *v1.Pod, grant *protocol.Assignment)
 	// Now is time.Now unless a test sets it.
 	Now func() time.Time
+	// Devices, when set, adds the granted cards' device nodes to the memory
+	// answer (every qGPU container holds memory, so each gets them once).
+	Devices *enforce.DeviceNodes
 
 	mu sync.Mutex
 }
@@ -67,14 +70,14 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		// mean a repeated call.
 		if g, ok := a.repeated(ctx, resource, deviceIDs); ok {
 			logger.V(2).Info("Repeated Allocate answered from the store", "pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "resource", resource)
-			return backend.Allocate(requestOf(g, policy))
+			return a.answer(ctx, backend, g, policy)
 		}
 	}
 	if err != nil {
 		return nil, err
 	}
 	g := a.grantOf(cand, resource, deviceIDs)
-	resp, err := backend.Allocate(requestOf(g, policy))
+	resp, err := a.answer(ctx, backend, g, policy)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
 	}
@@ -84,6 +87,22 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 	logger.V(2).Info("Granted", "pod", klog.KObj(cand.Pod), "container", g.Container, "resource", resource,
 		"amount", g.Amount, "backend", backend.Name(), "devices", len(deviceIDs))
 	a.notifyIfComplete(cand)
+	return resp, nil
+}
+
+// answer is the backend's answer for the grant, plus the device nodes of its
+// cards on the memory call.
+func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, g store.Grant, policy protocol.Policy) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := backend.Allocate(requestOf(g, policy))
+	if err != nil || a.Devices == nil || g.Resource != protocol.ResourceMemory {
+		return resp, err
+	}
+	specs, missing := a.Devices.Specs(g.Slices)
+	if len(missing) > 0 {
+		klog.FromContext(ctx).Info("No device node for a granted card; the container gets only what the backend passes",
+			"pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "cards", missing, "deviceRoot", a.Devices.Root)
+	}
+	resp.Devices = append(resp.Devices, specs...)
 	return resp, nil
 }
 
