@@ -1,0 +1,459 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+const (
+	systemNamespace   = "qgpu-system"
+	examplesNamespace = "default"
+	expectLabel       = "examples.qgpu.io/expect"
+)
+
+func cardCount(spec string) int {
+	cards, err := nvml.ParseFakeSpec(spec)
+	if err != nil {
+		return 0
+	}
+	return len(cards)
+}
+
+// check applies manifests/ and manifests/examples/ through kustomizations
+// that change only the images (and give the agent fake cards), waits, and
+// checks every example container's own output.
+func check(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, nodes []*node) (result, error) {
+	var res result
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return res, err
+	}
+	system, err := writeKustomization(o, root, "system", "manifests", systemOverrides(o))
+	if err != nil {
+		return res, err
+	}
+	examples, err := writeKustomization(o, root, "examples", "manifests/examples", examplesOverrides(o))
+	if err != nil {
+		return res, err
+	}
+	if err := apply(ctx, cp, system); err != nil {
+		return res, err
+	}
+	stepLog(start, "manifests/ applied")
+	res.failures += waitSystemReady(ctx, cp)
+	stepLog(start, "qgpu-system checked")
+	if err := apply(ctx, cp, examples); err != nil {
+		return res, err
+	}
+	stepLog(start, "manifests/examples/ applied")
+	pods, err := waitExamples(ctx, cp)
+	if err != nil {
+		return res, err
+	}
+	stepLog(start, "examples settled")
+	dirs := map[string]string{}
+	for _, n := range nodes {
+		dirs[n.name] = n.dir
+	}
+	for _, p := range pods {
+		if p.Labels[expectLabel] == "rejected" {
+			if ok := checkRejected(ctx, cp, p); ok {
+				res.rejections++
+			} else {
+				res.failures++
+			}
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			res.containers++
+			if problems := checkContainer(p, c.Name, dirs[p.Spec.NodeName]); len(problems) > 0 {
+				res.failures++
+				fmt.Printf("FAIL %s/%s container %s: %s\n", p.Namespace, p.Name, c.Name, strings.Join(problems, "; "))
+			} else {
+				fmt.Printf("ok   %s/%s container %s on %s\n", p.Namespace, p.Name, c.Name, p.Spec.NodeName)
+			}
+		}
+	}
+	return res, nil
+}
+
+func systemOverrides(o options) string {
+	return fmt.Sprintf(`images:
+- name: ghcr.io/qgpu-scheduler/qgpu-scheduler
+  newName: %[1]s/qgpu-scheduler
+  newTag: %[2]s
+- name: ghcr.io/qgpu-scheduler/qgpu-agent
+  newName: %[1]s/qgpu-agent
+  newTag: %[2]s
+# The node has no GPU: the agent runs on fake cards whose device nodes the
+# e2e program created under %[3]s.
+patches:
+- target: {kind: DaemonSet}
+  patch: |-
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--device-root=%[3]s"}
+    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-dev, hostPath: {path: %[3]s, type: Directory}}}
+    - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-dev, mountPath: %[3]s, readOnly: true}}
+`, o.repo, o.version, DeviceRoot, o.fakeCards)
+}
+
+func examplesOverrides(o options) string {
+	return fmt.Sprintf(`images:
+- name: registry.k8s.io/pause
+  newName: %s/probe
+  newTag: %s
+`, o.repo, o.version)
+}
+
+// writeKustomization writes <work>/kustomize/<name>/kustomization.yaml with
+// base as its only resource plus the overrides.
+func writeKustomization(o options, root, name, base, overrides string) (string, error) {
+	dir := filepath.Join(o.workDir, "kustomize", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(dir, filepath.Join(root, base))
+	if err != nil {
+		return "", err
+	}
+	content := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\n%s", rel, overrides)
+	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(content), 0o644)
+}
+
+func apply(ctx context.Context, cp *harness.ControlPlane, dir string) error {
+	objs, err := harness.ReadManifests(dir)
+	if err != nil {
+		return err
+	}
+	// The apiserver may still be creating the namespace or the RBAC the
+	// next object needs; retry a bounded number of times.
+	return wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := harness.Apply(ctx, cp.Config, objs, false); err != nil {
+			fmt.Println("apply (retrying):", err)
+			return false, nil
+		}
+		return true, nil
+	})
+}
+
+// waitSystemReady waits for every Deployment and DaemonSet in qgpu-system to
+// have all its pods Ready, then reports each pod that is not (a failure each).
+func waitSystemReady(ctx context.Context, cp *harness.ControlPlane) int {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		deps, err := cp.Client.AppsV1().Deployments(systemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		dss, err := cp.Client.AppsV1().DaemonSets(systemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return allReady(deps.Items, dss.Items), nil
+	})
+	failures := 0
+	if err != nil {
+		failures++
+		fmt.Println("FAIL qgpu-system not Ready within 4m:", err)
+	}
+	pods, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return failures + 1
+	}
+	for _, p := range pods.Items {
+		if podReady(&p) {
+			fmt.Printf("ok   %s/%s Ready on %s\n", p.Namespace, p.Name, p.Spec.NodeName)
+		} else {
+			failures++
+			fmt.Printf("FAIL %s/%s not Ready: phase %s %s\n", p.Namespace, p.Name, p.Status.Phase, containerStates(&p))
+		}
+	}
+	return failures
+}
+
+func allReady(deps []appsv1.Deployment, dss []appsv1.DaemonSet) bool {
+	if len(deps) == 0 || len(dss) == 0 {
+		return false
+	}
+	for _, d := range deps {
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if d.Status.ReadyReplicas != want || d.Status.UpdatedReplicas != want {
+			return false
+		}
+	}
+	for _, ds := range dss {
+		if ds.Status.DesiredNumberScheduled == 0 || ds.Status.NumberReady != ds.Status.DesiredNumberScheduled {
+			return false
+		}
+	}
+	return true
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func containerStates(p *corev1.Pod) string {
+	var parts []string
+	for _, s := range p.Status.ContainerStatuses {
+		st := "running"
+		switch {
+		case s.State.Waiting != nil:
+			st = "waiting " + s.State.Waiting.Reason + ": " + s.State.Waiting.Message
+		case s.State.Terminated != nil:
+			st = fmt.Sprintf("terminated %s (exit %d)", s.State.Terminated.Reason, s.State.Terminated.ExitCode)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s, restarts %d", s.Name, st, s.RestartCount))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// waitExamples waits until every example pod has settled: running with
+// every container's output complete, or (expected rejections) marked
+// unschedulable by the scheduler. It returns the pods, sorted by name.
+func waitExamples(ctx context.Context, cp *harness.ControlPlane) ([]*corev1.Pod, error) {
+	var pods []*corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Client.CoreV1().Pods(examplesNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=qgpu-examples"})
+		if err != nil {
+			return false, nil
+		}
+		pods = pods[:0]
+		settled := true
+		for i := range list.Items {
+			p := &list.Items[i]
+			pods = append(pods, p)
+			if p.Labels[expectLabel] == "rejected" {
+				settled = settled && unschedulable(p)
+			} else {
+				settled = settled && p.Status.Phase == corev1.PodRunning
+			}
+		}
+		return settled && len(pods) > 0, nil
+	})
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	if err != nil {
+		for _, p := range pods {
+			fmt.Printf("  %s: phase %s node %q %s\n", p.Name, p.Status.Phase, p.Spec.NodeName, containerStates(p))
+		}
+		return pods, fmt.Errorf("example pods did not settle within 4m: %w", err)
+	}
+	return pods, nil
+}
+
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRejected: still Pending and unbound, with a FailedScheduling event
+// from qgpu-scheduler that says why.
+func checkRejected(ctx context.Context, cp *harness.ControlPlane, p *corev1.Pod) bool {
+	cur, err := cp.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		fmt.Printf("FAIL %s/%s (rejection expected): %v\n", p.Namespace, p.Name, err)
+		return false
+	}
+	if cur.Status.Phase != corev1.PodPending || cur.Spec.NodeName != "" {
+		fmt.Printf("FAIL %s/%s (rejection expected): phase %s on node %q\n", p.Namespace, p.Name, cur.Status.Phase, cur.Spec.NodeName)
+		return false
+	}
+	var reason string
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := cp.Client.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + p.Name + ",reason=FailedScheduling"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		reason = evs.Items[len(evs.Items)-1].Message
+		return true, nil
+	})
+	if reason == "" {
+		fmt.Printf("FAIL %s/%s (rejection expected): Pending but no FailedScheduling event\n", p.Namespace, p.Name)
+		return false
+	}
+	fmt.Printf("ok   %s/%s Pending: %s\n", p.Namespace, p.Name, reason)
+	return true
+}
+
+// probeLine is one line of the probe image's output (test/e2enode/probe).
+type probeLine struct {
+	Kind   string `json:"kind"`
+	Name   string `json:"name"`
+	Value  string `json:"value"`
+	Char   bool   `json:"char"`
+	Major  uint32 `json:"major"`
+	Minor  uint32 `json:"minor"`
+	Target string `json:"target"`
+}
+
+var cardNode = regexp.MustCompile(`^nvidia[0-9]+$`)
+
+// checkContainer compares what the container printed with the pod's
+// assignment annotation: exactly its cards' device nodes (nvidia<index>,
+// major 195) and nvidiactl, NVIDIA_VISIBLE_DEVICES = its cards' UUIDs,
+// QGPU_MEMORY_GIB and QGPU_CORES = its slices' totals.
+func checkContainer(p *corev1.Pod, container, nodeDir string) []string {
+	raw := p.Annotations[protocol.AnnotationAssignment]
+	a, err := protocol.DecodeAssignment([]byte(raw))
+	if err != nil {
+		return []string{fmt.Sprintf("assignment annotation %q: %v", raw, err)}
+	}
+	var slices []protocol.Slice
+	for _, c := range a.Containers {
+		if c.Name == container {
+			slices = c.Slices
+		}
+	}
+	if len(slices) == 0 {
+		return []string{"no slices for the container in the assignment " + raw}
+	}
+	lines, err := containerOutput(nodeDir, p, container)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var problems []string
+	devs, env := map[string]probeLine{}, map[string]string{}
+	for _, l := range lines {
+		switch l.Kind {
+		case "dev":
+			devs[l.Name] = l
+		case "env":
+			env[l.Name] = l.Value
+		case "mount":
+			if strings.HasPrefix(l.Target, "/dev/nvidia") || strings.HasPrefix(l.Target, DeviceRoot) {
+				problems = append(problems, "unexpected mount "+l.Target)
+			}
+		case "error":
+			problems = append(problems, "probe: "+l.Value)
+		}
+	}
+	want := map[string]bool{"nvidiactl": true}
+	var uuids []string
+	var mem, cores int64
+	for _, s := range slices {
+		want["nvidia"+strconv.Itoa(s.Index)] = true
+		uuids = append(uuids, s.UUID)
+		mem += s.MemoryGiB
+		cores += s.Cores
+	}
+	for name := range want {
+		d, ok := devs[name]
+		switch {
+		case !ok:
+			problems = append(problems, "missing /dev/"+name)
+		case !d.Char || d.Major != 195:
+			problems = append(problems, fmt.Sprintf("/dev/%s is not the driver's character device (char %v, major %d)", name, d.Char, d.Major))
+		case name != "nvidiactl" && "nvidia"+strconv.Itoa(int(d.Minor)) != name:
+			problems = append(problems, fmt.Sprintf("/dev/%s has minor %d", name, d.Minor))
+		}
+	}
+	for name := range devs {
+		if cardNode.MatchString(name) && !want[name] {
+			problems = append(problems, "sees another card's /dev/"+name)
+		}
+	}
+	expectEnv := map[string]string{
+		"NVIDIA_VISIBLE_DEVICES": strings.Join(uuids, ","),
+		"QGPU_MEMORY_GIB":        strconv.FormatInt(mem, 10),
+	}
+	if holdsCores(p, container) {
+		expectEnv["QGPU_CORES"] = strconv.FormatInt(cores, 10)
+	}
+	for k, v := range expectEnv {
+		if env[k] != v {
+			problems = append(problems, fmt.Sprintf("%s=%q, want %q", k, env[k], v))
+		}
+	}
+	return problems
+}
+
+// holdsCores: the container asks for qgpu-core or qgpu-core-greedy (online
+// containers ask for memory only and get no QGPU_CORES).
+func holdsCores(p *corev1.Pod, container string) bool {
+	for _, c := range p.Spec.Containers {
+		if c.Name != container {
+			continue
+		}
+		_, core := c.Resources.Limits[corev1.ResourceName(protocol.ResourceCore)]
+		_, greedy := c.Resources.Limits[corev1.ResourceName(protocol.ResourceCoreGreedy)]
+		return core || greedy
+	}
+	return false
+}
+
+// containerOutput reads the container's log as the kubelet had containerd
+// write it (<node>/pods/<ns>_<pod>_<uid>/<container>/0.log, CRI format
+// "<time> stdout F <line>") and decodes the probe's lines, waiting (bounded)
+// for its "done" line.
+func containerOutput(nodeDir string, p *corev1.Pod, container string) ([]probeLine, error) {
+	if nodeDir == "" {
+		return nil, fmt.Errorf("pod on unknown node %q", p.Spec.NodeName)
+	}
+	path := filepath.Join(nodeDir, "pods", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container, "0.log")
+	var lines []probeLine
+	var lastErr error
+	for attempt := 0; attempt < 30; attempt++ {
+		lines, lastErr = readProbeLog(path)
+		if lastErr == nil {
+			return lines, nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil, lastErr
+}
+
+func readProbeLog(path string) ([]probeLine, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var lines []probeLine
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), " ", 4)
+		if len(parts) < 4 || parts[1] != "stdout" {
+			continue
+		}
+		var l probeLine
+		if err := json.Unmarshal([]byte(parts[3]), &l); err != nil {
+			return nil, fmt.Errorf("%s: not a probe line: %q", path, parts[3])
+		}
+		if l.Kind == "done" {
+			return lines, nil
+		}
+		lines = append(lines, l)
+	}
+	return nil, fmt.Errorf("%s: no \"done\" line (yet)", path)
+}
