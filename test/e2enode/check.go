@@ -18,7 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/qgpu-scheduler/qgpu/agent/nvml"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
@@ -29,12 +28,20 @@ const (
 	expectLabel       = "examples.qgpu.io/expect"
 )
 
+// cardCount counts the cards of an agent --fake-cards spec ("2xT4,1xA100"):
+// the e2e program must not link go-nvml (agent/nvml), whose cgo symbols only
+// resolve in the agent's own binary.
 func cardCount(spec string) int {
-	cards, err := nvml.ParseFakeSpec(spec)
-	if err != nil {
-		return 0
+	n := 0
+	for _, group := range strings.Split(spec, ",") {
+		count, _, ok := strings.Cut(group, "x")
+		k, err := strconv.Atoi(count)
+		if !ok || err != nil {
+			return 0
+		}
+		n += k
 	}
-	return len(cards)
+	return n
 }
 
 // check applies manifests/ and manifests/examples/ through kustomizations

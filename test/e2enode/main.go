@@ -17,9 +17,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
+
+	"k8s.io/klog/v2"
 )
 
 func newFlagSet(name string) *flag.FlagSet { return flag.NewFlagSet(name, flag.ContinueOnError) }
@@ -78,13 +82,28 @@ func main() {
 		}
 		*p = abs
 	}
+	if err := os.MkdirAll(o.workDir, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e-node:", err)
+		os.Exit(1)
+	}
+	// The in-process apiserver and etcd log through klog: into a file, so
+	// that the output is the run's progress and verdicts.
+	kfs := newFlagSet("klog")
+	klog.InitFlags(kfs)
+	_ = kfs.Set("logtostderr", "false")
+	_ = kfs.Set("alsologtostderr", "false")
+	_ = kfs.Set("stderrthreshold", "FATAL")
+	_ = kfs.Set("log_file", filepath.Join(o.workDir, "..", "e2e-node-apiserver.log"))
 	ctx, cancel := context.WithTimeout(context.Background(), o.timeout)
 	defer cancel()
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
 	res, err := run(ctx, o)
 	if err != nil {
 		fmt.Println("e2e-node: error:", err)
 		res.failures++
 	}
+	klog.Flush()
 	fmt.Printf("e2e-node: %d containers checked, %d rejections as expected, %d failures\n", res.containers, res.rejections, res.failures)
 	if res.failures > 0 {
 		os.Exit(1)

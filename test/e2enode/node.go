@@ -56,7 +56,7 @@ func (n *node) start(env nodeEnv, kubeconfig string, cards int) error {
 	}
 	files := map[string]string{
 		"containerd.toml":          containerdConfig(n.dir, env),
-		"kubelet.yaml":             kubeletConfig(n.dir, n.port),
+		"kubelet.yaml":             kubeletConfig(n.dir, n.port, cgroupRoot(n.name)),
 		"cni/10-qgpu-e2e.conflist": cniConfig(n.dir, n.prefix, env),
 	}
 	for name, content := range files {
@@ -165,7 +165,11 @@ func cniConfig(dir, prefix string, env nodeEnv) string {
 `, prefix, filepath.Join(dir, "cni-data"), env.proxySocket, env.serviceIP)
 }
 
-func kubeletConfig(dir string, port int) string {
+// cgroupRoot is the node's own cgroup parent: two kubelets sharing the
+// host's kubepods cgroups each take the other's pods for orphans and kill them.
+func cgroupRoot(node string) string { return "/qgpu-e2e-" + node }
+
+func kubeletConfig(dir string, port int, cgroupRoot string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -178,6 +182,7 @@ authentication:
   webhook: {enabled: false}
 authorization: {mode: AlwaysAllow}
 cgroupDriver: cgroupfs
+cgroupRoot: %s
 failSwapOn: false
 failCgroupV1: false
 containerRuntimeEndpoint: unix://%s
@@ -189,7 +194,7 @@ nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s
 resolvConf: ""
 rotateCertificates: false
-`, port, port+1, filepath.Join(dir, "containerd.sock"))
+`, port, port+1, cgroupRoot, filepath.Join(dir, "containerd.sock"))
 }
 
 // runNode is the runner, inside the node's mount namespace.
@@ -209,10 +214,16 @@ func runNode(args []string) error {
 	if err := nodeMounts(dir); err != nil {
 		return err
 	}
+	cgroups, err := makeCgroupRoot(cgroupRoot(name))
+	defer removeCgroups(cgroups)
+	if err != nil {
+		return err
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	var procs []*proc
-	defer func() { teardown(dir, procs) }()
+	shim := filepath.Join(binDir, "containerd-shim-runc-v2")
+	defer func() { teardown(dir, shim, procs) }()
 	containerd, err := spawn(dir, "containerd", filepath.Join(binDir, "containerd"), "--config", filepath.Join(dir, "containerd.toml"))
 	if err != nil {
 		return err
@@ -300,11 +311,11 @@ func spawn(dir, name, bin string, args ...string) (*proc, error) {
 // teardown stops the kubelet, then every container and shim containerd
 // started (by the pids it recorded), then containerd; the mount namespace,
 // and every mount in it, goes with its last process.
-func teardown(dir string, procs []*proc) {
+func teardown(dir, shim string, procs []*proc) {
 	for i := len(procs) - 1; i >= 0; i-- {
 		p := procs[i]
 		if i == 0 { // containerd: its tasks first
-			killRecorded(filepath.Join(dir, "containerd", "state"))
+			killContainers(dir, shim)
 		}
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)
 		select {
@@ -314,24 +325,93 @@ func teardown(dir string, procs []*proc) {
 			<-p.done
 		}
 	}
-	killRecorded(filepath.Join(dir, "containerd", "state"))
+	killContainers(dir, shim)
 }
 
-// killRecorded kills the containers' init processes and their shims by the
-// pid files containerd's runc runtime writes under its state directory.
-func killRecorded(state string) {
-	for _, pattern := range []string{"*/*/*/init.pid", "*/*/*/shim.pid"} {
-		files, _ := filepath.Glob(filepath.Join(state, pattern))
-		for _, f := range files {
-			raw, err := os.ReadFile(f)
-			if err != nil {
-				continue
-			}
-			if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && pid > 1 {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+// killContainers kills the containers' init processes, by the init.pid
+// files runc's shim writes in each task's bundle, and the shims of this
+// node's containerd: the processes running the shim binary with this node's
+// containerd socket as -address.
+func killContainers(dir, shim string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "*", "*", "init.pid"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	sock := filepath.Join(dir, "containerd.sock")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) == 0 || args[0] != shim {
+			continue
+		}
+		for i, a := range args {
+			if a == "-address" && i+1 < len(args) && args[i+1] == sock {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
 			}
 		}
 	}
+}
+
+// makeCgroupRoot creates root in every cgroup v1 hierarchy (and the v2 one)
+// under /sys/fs/cgroup, as the kubelet requires of its --cgroup-root.
+func makeCgroupRoot(root string) ([]string, error) {
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	var made []string
+	for _, e := range entries {
+		if !e.IsDir() { // cpu,cpuacct style links
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup", e.Name(), root)
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			return made, fmt.Errorf("creating cgroup %s: %w", d, err)
+		}
+		made = append(made, d)
+	}
+	return made, nil
+}
+
+// removeCgroups removes the node's cgroups, deepest first (only empty
+// cgroups can be removed: every process in them is gone by now).
+func removeCgroups(roots []string) {
+	// Exited processes leave their cgroups a moment later: a few tries.
+	for attempt := 0; attempt < 20 && removeCgroupsOnce(roots) > 0; attempt++ {
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// removeCgroupsOnce returns how many cgroups are left.
+func removeCgroupsOnce(roots []string) int {
+	left := 0
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+				left++
+			}
+		}
+	}
+	return left
 }
 
 // waitFor polls cond every 100 ms until it holds, ctx ends or d passes.
