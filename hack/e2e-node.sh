@@ -15,6 +15,14 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
+# One run at a time on a machine: the nodes' kubelet ports, cgroup roots and
+# pod address ranges are fixed.
+exec 9>/run/qgpu-e2e-node.lock
+if ! flock -w 900 9; then
+  echo "e2e-node: another make e2e-node held /run/qgpu-e2e-node.lock for 15 minutes" >&2
+  exit 1
+fi
+
 # Debian bookworm's versions, the ones this was measured with.
 RUNC_VERSION=1.1.5+ds1-1+deb12u1
 CNI_PLUGINS_VERSION=1.1.1+ds1-3+b5
