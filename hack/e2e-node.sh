@@ -44,4 +44,6 @@ echo "e2e-node: building kubelet and kube-controller-manager $("$GO" list -m -f 
 make -s images e2e-binaries VERSION="$VERSION" IMAGE_REPO="$IMAGE_REPO"
 cp bin/qgpu-e2e-cni _output/bin/qgpu-e2e-cni
 
-exec bin/qgpu-e2e-node --version "$VERSION" --repo "$IMAGE_REPO"
+# The lock stays with this shell: the e2e program and what it starts
+# (containerd, shims) must not inherit its descriptor.
+bin/qgpu-e2e-node --version "$VERSION" --repo "$IMAGE_REPO" 9>&-
