@@ -46,4 +46,4 @@ cp bin/qgpu-e2e-cni _output/bin/qgpu-e2e-cni
 
 # The lock stays with this shell: the e2e program and what it starts
 # (containerd, shims) must not inherit its descriptor.
-bin/qgpu-e2e-node --version "$VERSION" --repo "$IMAGE_REPO" 9>&-
+bin/qgpu-e2e-node --version "$VERSION" --repo "$IMAGE_REPO" ${E2E_NODE_FLAGS:-} 9>&-

@@ -113,10 +113,16 @@ patches:
 - target: {kind: DaemonSet}
   patch: |-
     - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
-    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--device-root=%[3]s"}
-    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-dev, hostPath: {path: %[3]s, type: Directory}}}
+%[5]s    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-dev, hostPath: {path: %[3]s, type: Directory}}}
     - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-dev, mountPath: %[3]s, readOnly: true}}
-`, o.repo, o.version, DeviceRoot, o.fakeCards)
+`, o.repo, o.version, DeviceRoot, o.fakeCards, deviceRootArg(o))
+}
+
+func deviceRootArg(o options) string {
+	if !o.deviceRoot {
+		return ""
+	}
+	return fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-root=%s\"}\n", DeviceRoot)
 }
 
 func examplesOverrides(o options) string {

@@ -43,6 +43,10 @@ type options struct {
 	workDir   string // state and logs; kept
 	timeout   time.Duration
 	fakeCards string
+	// deviceRoot false leaves the agent's --device-root at its default (its
+	// own /dev, where the fake cards are not): the containers then get no
+	// device nodes, and the checks must fail.
+	deviceRoot bool
 }
 
 func main() {
@@ -63,6 +67,8 @@ func main() {
 	fs.StringVar(&o.workDir, "work-dir", "_output/e2e-node", "state and logs of this run (emptied first)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.fakeCards, "fake-cards", "2xT4,2xV100", "the agent's --fake-cards on every node")
+	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false: see the device checks fail)")
+	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false: see the device checks fail)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
