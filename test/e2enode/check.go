@@ -58,17 +58,18 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	if err != nil {
 		return res, err
 	}
-	if err := apply(ctx, cp, system); err != nil {
+	if _, err := apply(ctx, cp, system); err != nil {
 		return res, err
 	}
 	stepLog(start, "manifests/ applied")
 	res.failures += waitSystemReady(ctx, cp)
 	stepLog(start, "qgpu-system checked")
-	if err := apply(ctx, cp, examples); err != nil {
+	applied, err := apply(ctx, cp, examples)
+	if err != nil {
 		return res, err
 	}
 	stepLog(start, "manifests/examples/ applied")
-	pods, err := waitExamples(ctx, cp)
+	pods, err := waitExamples(ctx, cp, applied)
 	if err != nil {
 		return res, err
 	}
@@ -148,14 +149,21 @@ func writeKustomization(o options, root, name, base, overrides string) (string, 
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(content), 0o644)
 }
 
-func apply(ctx context.Context, cp *harness.ControlPlane, dir string) error {
+// apply server-side-applies the kustomization in dir and returns how many
+// Pods it holds.
+func apply(ctx context.Context, cp *harness.ControlPlane, dir string) (pods int, err error) {
 	objs, err := harness.ReadManifests(dir)
 	if err != nil {
-		return err
+		return 0, err
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Pod" {
+			pods++
+		}
 	}
 	// The apiserver may still be creating the namespace or the RBAC the
 	// next object needs; retry a bounded number of times.
-	return wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+	return pods, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		if err := harness.Apply(ctx, cp.Config, objs, false); err != nil {
 			fmt.Println("apply (retrying):", err)
 			return false, nil
@@ -246,7 +254,7 @@ func containerStates(p *corev1.Pod) string {
 // waitExamples waits until every example pod has settled: running with
 // every container's output complete, or (expected rejections) marked
 // unschedulable by the scheduler. It returns the pods, sorted by name.
-func waitExamples(ctx context.Context, cp *harness.ControlPlane) ([]*corev1.Pod, error) {
+func waitExamples(ctx context.Context, cp *harness.ControlPlane, want int) ([]*corev1.Pod, error) {
 	var pods []*corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := cp.Client.CoreV1().Pods(examplesNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=qgpu-examples"})
@@ -264,7 +272,7 @@ func waitExamples(ctx context.Context, cp *harness.ControlPlane) ([]*corev1.Pod,
 				settled = settled && p.Status.Phase == corev1.PodRunning
 			}
 		}
-		return settled && len(pods) > 0, nil
+		return settled && len(pods) == want, nil
 	})
 	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
 	if err != nil {
