@@ -68,7 +68,6 @@ func main() {
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.fakeCards, "fake-cards", "2xT4,2xV100", "the agent's --fake-cards on every node")
 	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false: see the device checks fail)")
-	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false: see the device checks fail)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
