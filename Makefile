@@ -83,8 +83,9 @@ images: build $(BIN)/qgpu-e2e-pause $(BIN)/qgpu-e2e-probe
 
 # make push REGISTRY=registry.example.com/qgpu: the three shipped images,
 # credentials from ~/.docker/config.json (go-containerregistry's default keychain).
-push: build
+push:
 	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=<registry/prefix>"; exit 1; }
+	$(MAKE) build
 	$(GO) -C hack/tools/images run . --bin-dir $(CURDIR)/$(BIN) --repo $(REGISTRY) --version $(VERSION) --push
 
 e2e-binaries: $(addprefix $(BIN)/,$(E2E_BINARIES))
