@@ -5,23 +5,37 @@ GO ?= go
 BIN := bin
 STATICCHECK_VERSION := v0.7.0
 FUZZTIME ?= 10s
-# Unit-test packages: everything but the apiserver-linking integration suite.
+# Unit-test packages: everything but the apiserver-linking integration suite
+# (test/e2enode has no tests of its own: make e2e-node runs it).
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
 TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
 
-.PHONY: all build test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests
+# The version stamped into every binary and used as the image tag.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
+# qgpu-scheduler also reports the Kubernetes release it is built from through
+# k8s.io/component-base/version (metrics, /version of its server).
+KUBE_VERSION := $(shell $(GO) list -m -f '{{.Version}}' k8s.io/kubernetes 2>/dev/null)
+VERSION_PKG := github.com/qgpu-scheduler/qgpu/internal/version
+LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
+	-X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
+	-X k8s.io/component-base/version.gitCommit=$(shell git rev-parse HEAD 2>/dev/null) \
+	-X k8s.io/component-base/version.gitTreeState=$(if $(findstring dirty,$(VERSION)),dirty,clean)
+# make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
+IMAGE_REPO ?= ghcr.io/qgpu-scheduler
+
+.PHONY: all build version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests
 
 all: build
 
 build: $(addprefix $(BIN)/,$(BINARIES) $(TEST_BINARIES))
 
 $(BIN)/qgpu-scheduler: FORCE
-	$(GO) build -o $@ ./cmd/qgpu-scheduler
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/qgpu-scheduler
 $(BIN)/qgpu-agent: FORCE
-	$(GO) build -o $@ ./cmd/qgpu-agent
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/qgpu-agent
 $(BIN)/kubectl-qgpu: FORCE
-	$(GO) build -o $@ ./cmd/kubectl-qgpu
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/kubectl-qgpu
 $(BIN)/qgpu-hollow-node: FORCE
 	$(GO) build -o $@ ./test/hollownode
 $(BIN)/qgpu-fake-plugin: FORCE
@@ -31,14 +45,57 @@ $(BIN)/qgpu-playground: FORCE
 FORCE:
 
 # The README's test command: vet, unit tests, -race on everything with locks,
-# a short run of every fuzz target, and the integration suite against a real
-# kube-apiserver, etcd, kubelet device manager and the built binaries.
-test: build
+# a short run of every fuzz target, the integration suite against a real
+# kube-apiserver, etcd, kubelet device manager and the built binaries, and
+# the real-node e2e (root).
+test: build version-check
 	$(GO) vet ./...
 	$(GO) test -count=1 $(UNIT_PKGS)
+	$(GO) -C hack/tools/images vet ./...
+	$(GO) -C hack/tools/images test -count=1 ./...
 	$(MAKE) race
 	$(MAKE) fuzz-short
 	$(MAKE) integration
+	$(MAKE) e2e-node
+
+# Every binary prints the version the build stamped.
+version-check: build
+	@for b in $(BINARIES); do \
+	  got=$$($(BIN)/$$b --version); want="$$b $(VERSION)"; \
+	  if [ "$$got" != "$$want" ]; then echo "$$b --version: got '$$got', want '$$want'"; exit 1; fi; \
+	done; echo "version-check: $(BINARIES) print $(VERSION)"
+
+# OCI images without a Docker engine (hack/tools/images, go-containerregistry):
+# _output/images/<name>.tar for qgpu-scheduler, qgpu-agent, kubectl-qgpu and
+# the e2e node's pause and probe images, tagged $(IMAGE_REPO)/<name>:$(VERSION).
+E2E_BINARIES := qgpu-e2e-pause qgpu-e2e-probe qgpu-e2e-cni qgpu-e2e-node
+$(BIN)/qgpu-e2e-pause: FORCE
+	CGO_ENABLED=0 $(GO) build -o $@ ./test/e2enode/pause
+$(BIN)/qgpu-e2e-probe: FORCE
+	CGO_ENABLED=0 $(GO) build -o $@ ./test/e2enode/probe
+$(BIN)/qgpu-e2e-cni: FORCE
+	$(GO) build -o $@ ./test/e2enode/cni
+$(BIN)/qgpu-e2e-node: FORCE
+	$(GO) build -o $@ ./test/e2enode
+
+images: build $(BIN)/qgpu-e2e-pause $(BIN)/qgpu-e2e-probe
+	$(GO) -C hack/tools/images run . --bin-dir $(CURDIR)/$(BIN) --out $(CURDIR)/_output/images --repo $(IMAGE_REPO) --version $(VERSION)
+
+# make push REGISTRY=registry.example.com/qgpu: the three shipped images,
+# credentials from ~/.docker/config.json (go-containerregistry's default keychain).
+push:
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=<registry/prefix>"; exit 1; }
+	$(MAKE) build
+	$(GO) -C hack/tools/images run . --bin-dir $(CURDIR)/$(BIN) --repo $(REGISTRY) --version $(VERSION) --push
+
+e2e-binaries: $(addprefix $(BIN)/,$(E2E_BINARIES))
+
+# The shipped manifests on real kubelets and containerd (docs/real-node.md).
+# Root; installs runc and CNI plugins with apt-get, builds containerd,
+# kubelet and kube-controller-manager into _output/bin, then make images.
+# E2E_NODE_FLAGS=--device-root=false: the agent without the device nodes (the checks fail).
+e2e-node:
+	@VERSION=$(VERSION) IMAGE_REPO=$(IMAGE_REPO) GO=$(GO) E2E_NODE_FLAGS="$(E2E_NODE_FLAGS)" hack/e2e-node.sh
 
 race:
 	$(GO) test -count=1 -race ./plugins/... ./agent/...

@@ -36,11 +36,14 @@ import (
 
 // Config is everything the agent needs; cmd/qgpu-agent fills it from flags.
 type Config struct {
-	NodeName           string
-	Client             kubernetes.Interface
-	NVML               gonvml.Interface
-	DBFile             string
-	DevicePluginDir    string
+	NodeName        string
+	Client          kubernetes.Interface
+	NVML            gonvml.Interface
+	DBFile          string
+	DevicePluginDir string
+	// DeviceRoot is the host directory with the cards' device nodes, passed
+	// into containers by Allocate ("" passes none).
+	DeviceRoot         string
 	PodResourcesSocket string // "" skips the kubelet comparison
 	Backend            string
 	HAMiLibDir         string
@@ -201,6 +204,9 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	go grants.run(ctx)
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
 		Config: nodeCfg.Current, OnPodGranted: grants.enqueue, Cards: a.tracker.Cards, Recorder: a.recorder}
+	if a.cfg.DeviceRoot != "" {
+		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
+	}
 	if a.cfg.PodResourcesSocket != "" {
 		alloc.Kubelet = podresources.Client{Socket: a.cfg.PodResourcesSocket}
 	}

@@ -50,6 +50,9 @@ type Allocator struct {
 	Recorder record.EventRecorder
 	// Now is time.Now unless a test sets it.
 	Now func() time.Time
+	// Devices, when set, adds the granted cards' device nodes to the memory
+	// answer (every qGPU container holds memory, so each gets them once).
+	Devices *enforce.DeviceNodes
 
 	mu sync.Mutex
 }
@@ -73,7 +76,7 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		// mean a repeated call.
 		if g, ok := a.repeated(ctx, resource, deviceIDs); ok {
 			logger.V(2).Info("Repeated Allocate answered from the store", "pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "resource", resource)
-			return backend.Allocate(requestOf(g, policy))
+			return a.answer(ctx, backend, g, policy)
 		}
 	}
 	if err != nil {
@@ -87,7 +90,7 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		}
 		return nil, err
 	}
-	resp, err := backend.Allocate(requestOf(g, policy))
+	resp, err := a.answer(ctx, backend, g, policy)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
 	}
@@ -124,6 +127,22 @@ func (a *Allocator) withinCapacity(ctx context.Context, g store.Grant) error {
 		return fmt.Errorf("listing pods to check the card's capacity: %w", err)
 	}
 	return checkCapacity(a.Cards(), grants, livePods(pods), g)
+}
+
+// answer is the backend's answer for the grant, plus the device nodes of its
+// cards on the memory call.
+func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, g store.Grant, policy protocol.Policy) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := backend.Allocate(requestOf(g, policy))
+	if err != nil || a.Devices == nil || g.Resource != protocol.ResourceMemory {
+		return resp, err
+	}
+	specs, missing := a.Devices.Specs(g.Slices)
+	if len(missing) > 0 {
+		klog.FromContext(ctx).Info("No device node for a granted card; the container gets only what the backend passes",
+			"pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "cards", missing, "deviceRoot", a.Devices.Root)
+	}
+	resp.Devices = append(resp.Devices, specs...)
+	return resp, nil
 }
 
 // repeated finds the grant of a call the kubelet repeats with the same

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
@@ -224,5 +225,41 @@ func TestAllocatorAsksTheKubeletWhichTwin(t *testing.T) {
 				t.Fatalf("store records %+v (ok %v, err %v), want pod %s", g, ok, err, tc.want)
 			}
 		})
+	}
+}
+
+// With Devices set, the memory answer carries the granted card's device node
+// and the control nodes, and no other card's; the core answer carries none.
+func TestAllocatorPassesDeviceNodes(t *testing.T) {
+	dir := t.TempDir()
+	for i, name := range []string{"nvidia0", "nvidia1", "nvidiactl"} {
+		if err := unix.Mknod(filepath.Join(dir, name), unix.S_IFCHR|0o666, int(unix.Mkdev(195, uint32(i)))); err != nil {
+			t.Skipf("cannot create device nodes here: %v", err)
+		}
+	}
+	ctx := context.Background()
+	a, _ := newAllocator(t, filepath.Join(t.TempDir(), "meta.db"), &fakePods{cached: []*v1.Pod{general("g", 0, 4, 30, 1)}})
+	a.Devices = &enforce.DeviceNodes{Root: dir, Minor: func(uuid string) (int, bool) {
+		n, err := strconv.Atoi(strings.TrimPrefix(uuid, "GPU-"))
+		return n, err == nil
+	}}
+	resp, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range resp.Devices {
+		got = append(got, d.ContainerPath+"="+d.HostPath+":"+d.Permissions)
+	}
+	want := []string{"/dev/nvidia1=" + dir + "/nvidia1:rw", "/dev/nvidiactl=" + dir + "/nvidiactl:rw"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("memory answer's devices (-want +got):\n%s", diff)
+	}
+	resp, err = a.Allocate(ctx, protocol.ResourceCore, ids("c", 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Devices) != 0 {
+		t.Errorf("core answer carries devices: %v", resp.Devices)
 	}
 }

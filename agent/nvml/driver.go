@@ -20,6 +20,7 @@ type Driver struct {
 	lib     nvml.Interface
 	devices []nvml.Device
 	cards   []protocol.Card
+	minors  map[string]int
 }
 
 // Open initialises NVML and discovers the cards. Close must be called.
@@ -69,10 +70,25 @@ func (d *Driver) discover() error {
 		if err != nil {
 			return err
 		}
+		minor, ret := dev.GetMinorNumber()
+		if ret != nvml.SUCCESS {
+			return fmt.Errorf("device %d (%s): getting minor number: %s", i, card.UUID, ret.Error())
+		}
 		d.devices = append(d.devices, dev)
 		d.cards = append(d.cards, card)
+		if d.minors == nil {
+			d.minors = map[string]int{}
+		}
+		d.minors[card.UUID] = minor
 	}
 	return nil
+}
+
+// Minor returns the minor number of the card with this UUID: its device node
+// is /dev/nvidia<minor>.
+func (d *Driver) Minor(uuid string) (int, bool) {
+	m, ok := d.minors[uuid]
+	return m, ok
 }
 
 func describe(dev nvml.Device, i int) (protocol.Card, error) {

@@ -41,6 +41,15 @@ func TestDiscoverFake(t *testing.T) {
 	if again.Cards()[0].UUID != got[0].UUID || other.Cards()[0].UUID == got[0].UUID {
 		t.Errorf("UUIDs: %s %s %s", got[0].UUID, again.Cards()[0].UUID, other.Cards()[0].UUID)
 	}
+	// Fake card N is /dev/nvidiaN.
+	for _, c := range got {
+		if m, ok := d.Minor(c.UUID); !ok || m != c.Index {
+			t.Errorf("card %d: minor %d, %v", c.Index, m, ok)
+		}
+	}
+	if _, ok := d.Minor("GPU-unknown"); ok {
+		t.Error("a minor number for an unknown UUID")
+	}
 }
 
 func TestDiscoverDGXA100Mock(t *testing.T) {
@@ -48,8 +57,12 @@ func TestDiscoverDGXA100Mock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := d.Cards(); len(got) != 8 || got[7].MemoryMiB != 40960 || got[7].Index != 7 {
-		t.Errorf("cards: %+v", got)
+	got := d.Cards()
+	if len(got) != 8 || got[7].MemoryMiB != 40960 || got[7].Index != 7 {
+		t.Fatalf("cards: %+v", got)
+	}
+	if m, ok := d.Minor(got[7].UUID); !ok || m != 7 {
+		t.Errorf("card 7: minor %d, %v (from NVML's GetMinorNumber)", m, ok)
 	}
 }
 

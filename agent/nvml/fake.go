@@ -70,6 +70,8 @@ func fakeUUID(seed string, index int) string {
 func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 	d := &mock.Device{}
 	d.GetIndexFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
+	// Fake card N is /dev/nvidiaN (under the agent's --device-root).
+	d.GetMinorNumberFunc = func() (int, nvml.Return) { return index, nvml.SUCCESS }
 	d.GetUUIDFunc = func() (string, nvml.Return) { return f.uuids[index], nvml.SUCCESS }
 	d.GetNameFunc = func() (string, nvml.Return) { return c.Model, nvml.SUCCESS }
 	sized := false

@@ -3,6 +3,7 @@
 //	kubectl qgpu nodes     cards per node: model, memory and cores used/free, pods
 //	kubectl qgpu pods      qGPU pods: class, node, cards, slices, agent grant, suspended
 //	kubectl qgpu check     every violated invariant; exits 1 if there is any
+//	kubectl qgpu version   the stamped version (also --version)
 package main
 
 import (
@@ -15,6 +16,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/qgpu-scheduler/qgpu/internal/version"
 	"github.com/qgpu-scheduler/qgpu/internal/view"
 )
 
@@ -33,7 +35,17 @@ func newCommand() *cobra.Command {
 		Use:          "kubectl-qgpu",
 		Short:        "Show qGPU cards, their slices and the pods that hold them",
 		SilenceUsage: true,
+		Version:      version.Version,
 	}
+	root.SetVersionTemplate(version.String("kubectl-qgpu") + "\n")
+	root.AddCommand(&cobra.Command{
+		Use: "version", Short: "Print the version",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), version.String("kubectl-qgpu"))
+			return err
+		},
+	})
 	flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().IntVar(&maxPods, "max-pods-per-card", 0, "the scheduler's maxPodsPerCard (0: card GiB / 4)")
 	root.PersistentFlags().StringVar(&node, "node", "", "nodes, pods: show this node only")

@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -22,6 +23,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
+	"github.com/qgpu-scheduler/qgpu/internal/version"
 )
 
 type flags struct {
@@ -30,11 +32,14 @@ type flags struct {
 	fakeCards       string
 	fakeHealthFile  string
 	metricsAddrFile string
+	version         bool
 }
 
 func parseFlags(args []string) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("qgpu-agent", flag.ContinueOnError)
+	fs.BoolVar(&f.version, "version", false, "print the version and exit")
+	fs.StringVar(&f.DeviceRoot, "device-root", "/dev", "the host directory holding the cards' device nodes (nvidiaN, nvidiactl, ...) that Allocate passes into containers; with --fake-cards, card N is <device-root>/nvidiaN")
 	fs.StringVar(&f.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else in-cluster)")
 	fs.StringVar(&f.fakeCards, "fake-cards", "", `simulate cards instead of NVML, e.g. "4xT4", "2xA100-80G,1xT4", "2x20480MiB:MyModel"`)
@@ -112,9 +117,13 @@ func client(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-func run(args []string) error {
+func run(args []string, stdout io.Writer) error {
 	f, err := parseFlags(args)
 	if err != nil {
+		return err
+	}
+	if f.version {
+		_, err := fmt.Fprintln(stdout, version.String("qgpu-agent"))
 		return err
 	}
 	if f.NVML, err = f.nvmlFor(); err != nil {
@@ -149,7 +158,7 @@ func writeAddr(ctx context.Context, path string, addr net.Addr) {
 }
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		if err == flag.ErrHelp {
 			os.Exit(0)
 		}

@@ -1,13 +1,31 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/internal/version"
 )
+
+// --version prints the stamped version and starts nothing (no node name,
+// no kubeconfig, no NVML needed).
+func TestRunVersion(t *testing.T) {
+	old := version.Version
+	version.Version = "v1.2.3-4-gabcdef0"
+	t.Cleanup(func() { version.Version = old })
+	t.Setenv("NODE_NAME", "")
+	var out bytes.Buffer
+	if err := run([]string{"--version"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "qgpu-agent v1.2.3-4-gabcdef0\n"; got != want {
+		t.Errorf("--version printed %q, want %q", got, want)
+	}
+}
 
 func TestParseFlags(t *testing.T) {
 	t.Setenv("NODE_NAME", "from-env")
@@ -19,7 +37,7 @@ func TestParseFlags(t *testing.T) {
 	if f.NodeName != "from-env" || f.DBFile != "/var/lib/qgpu/meta.db" || f.DevicePluginDir != "/var/lib/kubelet/device-plugins" ||
 		f.PodResourcesSocket != "/var/lib/kubelet/pod-resources/kubelet.sock" || f.Backend != "env" || f.MetricsAddr != ":9400" ||
 		f.ReconcileInterval != 30*time.Second || !f.PriorityController || f.PriorityPoll != 10*time.Millisecond ||
-		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.MPSControlBin != "nvidia-cuda-mps-control" {
+		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.MPSControlBin != "nvidia-cuda-mps-control" {
 		t.Errorf("defaults: %+v", f)
 	}
 	f, err = parseFlags([]string{"--node-name=n2", "--fake-cards=2xA100-80G,1xT4", "--backend=mps", "--metrics-addr=127.0.0.1:0", "-v=4"})

@@ -39,6 +39,10 @@ type ControlPlaneOptions struct {
 	Dir string
 	// Logf receives the test server's progress messages; nil discards them.
 	Logf func(format string, args ...any)
+	// ServiceAccounts keeps the ServiceAccount admission plugin on, so that
+	// pods get their projected token volume, as in a real cluster (the e2e
+	// node runs kube-controller-manager to publish kube-root-ca.crt).
+	ServiceAccounts bool
 	// Verbosity is the global klog -v. It is set on every start because the
 	// ktesting package, linked in with the test server, raises it to 5 at
 	// init, which makes the apiserver log thousands of lines per test.
@@ -105,11 +109,15 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 }
 
 func apiserverFlags(opts ControlPlaneOptions, clientCAFile string) []string {
+	// ServiceAccount admission mounts a kube-root-ca.crt ConfigMap that only
+	// kube-controller-manager publishes; TaintNodesByCondition would taint
+	// every new Node not-ready, and no node lifecycle controller runs to lift it.
+	disable := "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition"
+	if opts.ServiceAccounts {
+		disable = "--disable-admission-plugins=TaintNodesByCondition"
+	}
 	flags := []string{
-		// ServiceAccount admission wants a token controller we do not run;
-		// TaintNodesByCondition would taint every new Node not-ready, and no
-		// node lifecycle controller runs to lift it.
-		"--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+		disable,
 		// Overrides the test server's own client CA, whose key it discards,
 		// so that the harness can mint client certificates for any user.
 		"--client-ca-file=" + clientCAFile,

@@ -12,9 +12,11 @@ import (
 // given: stock kube-scheduler silently ignores it then and falls back to the
 // in-cluster config, which surprises everyone running a profile against a
 // test or playground cluster. It writes the profile with
-// clientConnection.kubeconfig set to a file in dir and rewrites the arguments.
-// An explicit clientConnection.kubeconfig in the profile wins.
-func WithKubeconfig(args []string, dir string) ([]string, error) {
+// clientConnection.kubeconfig set to a file in the directory dir returns, and
+// rewrites the arguments. An explicit clientConnection.kubeconfig in the
+// profile wins. dir is called only when a file must be written, so that a
+// start without a kubeconfig (in a cluster, on a read-only root) writes nothing.
+func WithKubeconfig(args []string, dir func() (string, error)) ([]string, error) {
 	cfgIdx, cfgPath := flagValue(args, "config")
 	_, kubeconfig := flagValue(args, "kubeconfig")
 	if kubeconfig == "" {
@@ -44,7 +46,11 @@ func WithKubeconfig(args []string, dir string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.CreateTemp(dir, "qgpu-scheduler-config-*.yaml")
+	d, err := dir()
+	if err != nil {
+		return nil, fmt.Errorf("writing effective config: %w", err)
+	}
+	f, err := os.CreateTemp(d, "qgpu-scheduler-config-*.yaml")
 	if err != nil {
 		return nil, fmt.Errorf("writing effective config: %w", err)
 	}
@@ -75,4 +81,31 @@ func flagValue(args []string, name string) (int, string) {
 		}
 	}
 	return -1, ""
+}
+
+// LazyDir is a temporary directory created on the first call to Path.
+type LazyDir struct {
+	Pattern string // as os.MkdirTemp's
+	path    string
+}
+
+// Path creates the directory (once) and returns it.
+func (d *LazyDir) Path() (string, error) {
+	if d.path != "" {
+		return d.path, nil
+	}
+	p, err := os.MkdirTemp("", d.Pattern)
+	if err != nil {
+		return "", err
+	}
+	d.path = p
+	return p, nil
+}
+
+// Remove removes the directory if Path created it.
+func (d *LazyDir) Remove() {
+	if d.path != "" {
+		_ = os.RemoveAll(d.path)
+		d.path = ""
+	}
 }

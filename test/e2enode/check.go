@@ -1,0 +1,354 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/qgpu-scheduler/qgpu/test/e2enode/verify"
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+const (
+	systemNamespace   = "qgpu-system"
+	examplesNamespace = "default"
+	expectLabel       = "examples.qgpu.io/expect"
+)
+
+// cardCount counts the cards of an agent --fake-cards spec ("2xT4,1xA100"):
+// the e2e program must not link go-nvml (agent/nvml), whose cgo symbols only
+// resolve in the agent's own binary.
+func cardCount(spec string) int {
+	n := 0
+	for _, group := range strings.Split(spec, ",") {
+		count, _, ok := strings.Cut(group, "x")
+		k, err := strconv.Atoi(count)
+		if !ok || err != nil {
+			return 0
+		}
+		n += k
+	}
+	return n
+}
+
+// check applies manifests/ and manifests/examples/ through kustomizations
+// that change only the images (and give the agent fake cards), waits, and
+// checks every example container's own output.
+func check(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, nodes []*node) (result, error) {
+	var res result
+	root, err := harness.RepoRoot()
+	if err != nil {
+		return res, err
+	}
+	system, err := writeKustomization(o, root, "system", "manifests", systemOverrides(o))
+	if err != nil {
+		return res, err
+	}
+	examples, err := writeKustomization(o, root, "examples", "manifests/examples", examplesOverrides(o))
+	if err != nil {
+		return res, err
+	}
+	if _, err := apply(ctx, cp, system); err != nil {
+		return res, err
+	}
+	stepLog(start, "manifests/ applied")
+	res.failures += waitSystemReady(ctx, cp)
+	stepLog(start, "qgpu-system checked")
+	applied, err := apply(ctx, cp, examples)
+	if err != nil {
+		return res, err
+	}
+	stepLog(start, "manifests/examples/ applied")
+	pods, err := waitExamples(ctx, cp, applied)
+	if err != nil {
+		return res, err
+	}
+	stepLog(start, "examples settled")
+	dirs := map[string]string{}
+	for _, n := range nodes {
+		dirs[n.name] = n.dir
+	}
+	for _, p := range pods {
+		if p.Labels[expectLabel] == "rejected" {
+			if ok := checkRejected(ctx, cp, p); ok {
+				res.rejections++
+			} else {
+				res.failures++
+			}
+			continue
+		}
+		for _, c := range p.Spec.Containers {
+			res.containers++
+			if problems := checkContainer(p, c.Name, dirs[p.Spec.NodeName]); len(problems) > 0 {
+				res.failures++
+				fmt.Printf("FAIL %s/%s container %s: %s\n", p.Namespace, p.Name, c.Name, strings.Join(problems, "; "))
+			} else {
+				fmt.Printf("ok   %s/%s container %s on %s\n", p.Namespace, p.Name, c.Name, p.Spec.NodeName)
+			}
+		}
+	}
+	return res, nil
+}
+
+func systemOverrides(o options) string {
+	return fmt.Sprintf(`images:
+- name: ghcr.io/qgpu-scheduler/qgpu-scheduler
+  newName: %[1]s/qgpu-scheduler
+  newTag: %[2]s
+- name: ghcr.io/qgpu-scheduler/qgpu-agent
+  newName: %[1]s/qgpu-agent
+  newTag: %[2]s
+# The node has no GPU: the agent runs on fake cards whose device nodes the
+# e2e program created under %[3]s.
+patches:
+- target: {kind: DaemonSet}
+  patch: |-
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
+%[5]s    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-dev, hostPath: {path: %[3]s, type: Directory}}}
+    - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-dev, mountPath: %[3]s, readOnly: true}}
+`, o.repo, o.version, DeviceRoot, o.fakeCards, deviceRootArg(o))
+}
+
+func deviceRootArg(o options) string {
+	if !o.deviceRoot {
+		return ""
+	}
+	return fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-root=%s\"}\n", DeviceRoot)
+}
+
+func examplesOverrides(o options) string {
+	return fmt.Sprintf(`images:
+- name: registry.k8s.io/pause
+  newName: %s/probe
+  newTag: %s
+`, o.repo, o.version)
+}
+
+// writeKustomization writes <work>/kustomize/<name>/kustomization.yaml with
+// base as its only resource plus the overrides.
+func writeKustomization(o options, root, name, base, overrides string) (string, error) {
+	dir := filepath.Join(o.workDir, "kustomize", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	rel, err := filepath.Rel(dir, filepath.Join(root, base))
+	if err != nil {
+		return "", err
+	}
+	content := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\n%s", rel, overrides)
+	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(content), 0o644)
+}
+
+// apply server-side-applies the kustomization in dir and returns how many
+// Pods it holds.
+func apply(ctx context.Context, cp *harness.ControlPlane, dir string) (pods int, err error) {
+	objs, err := harness.ReadManifests(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, o := range objs {
+		if o.GetKind() == "Pod" {
+			pods++
+		}
+	}
+	// The apiserver may still be creating the namespace or the RBAC the
+	// next object needs; retry a bounded number of times.
+	return pods, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := harness.Apply(ctx, cp.Config, objs, false); err != nil {
+			fmt.Println("apply (retrying):", err)
+			return false, nil
+		}
+		return true, nil
+	})
+}
+
+// waitSystemReady waits for every Deployment and DaemonSet in qgpu-system to
+// have all its pods Ready, then reports each pod that is not (a failure each).
+func waitSystemReady(ctx context.Context, cp *harness.ControlPlane) int {
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		deps, err := cp.Client.AppsV1().Deployments(systemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		dss, err := cp.Client.AppsV1().DaemonSets(systemNamespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return allReady(deps.Items, dss.Items), nil
+	})
+	failures := 0
+	if err != nil {
+		failures++
+		fmt.Println("FAIL qgpu-system not Ready within 4m:", err)
+	}
+	pods, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return failures + 1
+	}
+	for _, p := range pods.Items {
+		if podReady(&p) {
+			fmt.Printf("ok   %s/%s Ready on %s\n", p.Namespace, p.Name, p.Spec.NodeName)
+		} else {
+			failures++
+			fmt.Printf("FAIL %s/%s not Ready: phase %s %s\n", p.Namespace, p.Name, p.Status.Phase, containerStates(&p))
+		}
+	}
+	return failures
+}
+
+func allReady(deps []appsv1.Deployment, dss []appsv1.DaemonSet) bool {
+	if len(deps) == 0 || len(dss) == 0 {
+		return false
+	}
+	for _, d := range deps {
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if d.Status.ReadyReplicas != want || d.Status.UpdatedReplicas != want {
+			return false
+		}
+	}
+	for _, ds := range dss {
+		if ds.Status.DesiredNumberScheduled == 0 || ds.Status.NumberReady != ds.Status.DesiredNumberScheduled {
+			return false
+		}
+	}
+	return true
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func containerStates(p *corev1.Pod) string {
+	var parts []string
+	for _, s := range p.Status.ContainerStatuses {
+		st := "running"
+		switch {
+		case s.State.Waiting != nil:
+			st = "waiting " + s.State.Waiting.Reason + ": " + s.State.Waiting.Message
+		case s.State.Terminated != nil:
+			st = fmt.Sprintf("terminated %s (exit %d)", s.State.Terminated.Reason, s.State.Terminated.ExitCode)
+		}
+		parts = append(parts, fmt.Sprintf("%s %s, restarts %d", s.Name, st, s.RestartCount))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// waitExamples waits until every example pod has settled: running with
+// every container's output complete, or (expected rejections) marked
+// unschedulable by the scheduler. It returns the pods, sorted by name.
+func waitExamples(ctx context.Context, cp *harness.ControlPlane, want int) ([]*corev1.Pod, error) {
+	var pods []*corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Client.CoreV1().Pods(examplesNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/part-of=qgpu-examples"})
+		if err != nil {
+			return false, nil
+		}
+		pods = pods[:0]
+		settled := true
+		for i := range list.Items {
+			p := &list.Items[i]
+			pods = append(pods, p)
+			if p.Labels[expectLabel] == "rejected" {
+				settled = settled && unschedulable(p)
+			} else {
+				settled = settled && p.Status.Phase == corev1.PodRunning
+			}
+		}
+		return settled && len(pods) == want, nil
+	})
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	if err != nil {
+		for _, p := range pods {
+			fmt.Printf("  %s: phase %s node %q %s\n", p.Name, p.Status.Phase, p.Spec.NodeName, containerStates(p))
+		}
+		return pods, fmt.Errorf("example pods did not settle within 4m: %w", err)
+	}
+	return pods, nil
+}
+
+func unschedulable(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRejected: still Pending and unbound, with a FailedScheduling event
+// from qgpu-scheduler that says why.
+func checkRejected(ctx context.Context, cp *harness.ControlPlane, p *corev1.Pod) bool {
+	cur, err := cp.Client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if err != nil {
+		fmt.Printf("FAIL %s/%s (rejection expected): %v\n", p.Namespace, p.Name, err)
+		return false
+	}
+	if cur.Status.Phase != corev1.PodPending || cur.Spec.NodeName != "" {
+		fmt.Printf("FAIL %s/%s (rejection expected): phase %s on node %q\n", p.Namespace, p.Name, cur.Status.Phase, cur.Spec.NodeName)
+		return false
+	}
+	var reason string
+	_ = wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		evs, err := cp.Client.CoreV1().Events(p.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: "involvedObject.name=" + p.Name + ",reason=FailedScheduling"})
+		if err != nil || len(evs.Items) == 0 {
+			return false, nil
+		}
+		reason = evs.Items[len(evs.Items)-1].Message
+		return true, nil
+	})
+	if reason == "" {
+		fmt.Printf("FAIL %s/%s (rejection expected): Pending but no FailedScheduling event\n", p.Namespace, p.Name)
+		return false
+	}
+	fmt.Printf("ok   %s/%s Pending: %s\n", p.Namespace, p.Name, reason)
+	return true
+}
+
+// checkContainer reads the container's output and checks it (verify.Container).
+func checkContainer(p *corev1.Pod, container, nodeDir string) []string {
+	lines, err := containerOutput(nodeDir, p, container)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	return verify.Container(p, container, lines, DeviceRoot)
+}
+
+// containerOutput reads the container's log as the kubelet had containerd
+// write it (<node>/pods/<ns>_<pod>_<uid>/<container>/0.log, CRI format
+// "<time> stdout F <line>") and decodes the probe's lines, waiting (bounded)
+// for its "done" line.
+func containerOutput(nodeDir string, p *corev1.Pod, container string) ([]verify.Line, error) {
+	if nodeDir == "" {
+		return nil, fmt.Errorf("pod on unknown node %q", p.Spec.NodeName)
+	}
+	path := filepath.Join(nodeDir, "pods", fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container, "0.log")
+	var lines []verify.Line
+	var lastErr error
+	for attempt := 0; attempt < 30; attempt++ {
+		lines, lastErr = verify.ReadLog(path)
+		if lastErr == nil {
+			return lines, nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil, lastErr
+}

@@ -1,0 +1,431 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// DeviceRoot is where each node's fake device nodes appear, in the node's
+// own mount namespace; the agent gets --device-root=DeviceRoot and a
+// hostPath volume of it.
+const DeviceRoot = "/run/qgpu-e2e/dev"
+
+// node is one node: containerd and the real kubelet in a mount namespace of
+// their own, so that each has its own /var/lib/kubelet (the device manager's
+// socket path is fixed) and nothing they mount reaches the host.
+type node struct {
+	name   string
+	dir    string // host-visible state: kubelet/, pods/ (container logs), dev/, *.log
+	labels []string
+	prefix string // the pods' 169.254.x.0/24
+	port   int    // kubelet port; port+1 is its healthz port
+	cmd    *exec.Cmd
+	done   chan struct{} // closed when the runner exited
+}
+
+// nodeEnv is what every node needs from the e2e program.
+type nodeEnv struct {
+	binDir      string // containerd, ctr, containerd-shim-runc-v2, kubelet, qgpu-e2e-cni
+	images      []string
+	pauseImage  string
+	proxySocket string
+	serviceIP   string
+}
+
+// start writes the node's configuration, creates its fake cards' device
+// nodes, and runs `unshare -m <self> node <dir>`: the runner (runNode)
+// mounts, starts containerd and the kubelet, and stops them on SIGTERM.
+func (n *node) start(env nodeEnv, kubeconfig string, cards int) error {
+	for _, d := range []string{"kubelet", "pods", "containers", "qgpu", "dev", "cni", "cni-data", "pki", "containerd"} {
+		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
+			return err
+		}
+	}
+	if err := makeDevices(filepath.Join(n.dir, "dev"), cards); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"containerd.toml":          containerdConfig(n.dir, env),
+		"kubelet.yaml":             kubeletConfig(n.dir, n.port, cgroupRoot(n.name)),
+		"cni/10-qgpu-e2e.conflist": cniConfig(n.dir, n.prefix, env),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	args := []string{"-m", "--propagation", "private", self, "node",
+		"--dir", n.dir, "--name", n.name, "--bin-dir", env.binDir, "--kubeconfig", kubeconfig,
+		"--labels", strings.Join(n.labels, ",")}
+	for _, img := range env.images {
+		args = append(args, "--image", img)
+	}
+	log, err := os.Create(filepath.Join(n.dir, "runner.log"))
+	if err != nil {
+		return err
+	}
+	n.cmd = exec.Command("unshare", args...)
+	n.cmd.Stdout, n.cmd.Stderr = log, log
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	if err := n.cmd.Start(); err != nil {
+		return err
+	}
+	n.done = make(chan struct{})
+	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	return nil
+}
+
+func (n *node) exited() bool {
+	select {
+	case <-n.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop asks the runner to stop everything it started and waits (bounded).
+func (n *node) stop() {
+	if n.done == nil {
+		return
+	}
+	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(60 * time.Second):
+		_ = n.cmd.Process.Kill()
+		<-n.done
+	}
+}
+
+// makeDevices creates nvidia0..cards-1 and nvidiactl as character devices
+// with the driver's major number 195, as the NVIDIA driver does.
+func makeDevices(dir string, cards int) error {
+	mk := func(name string, minor uint32) error {
+		p := filepath.Join(dir, name)
+		_ = os.Remove(p)
+		if err := unix.Mknod(p, unix.S_IFCHR|0o666, int(unix.Mkdev(195, minor))); err != nil {
+			return fmt.Errorf("mknod %s: %w", p, err)
+		}
+		return nil
+	}
+	for i := range cards {
+		if err := mk("nvidia"+strconv.Itoa(i), uint32(i)); err != nil {
+			return err
+		}
+	}
+	return mk("nvidiactl", 255)
+}
+
+func containerdConfig(dir string, env nodeEnv) string {
+	return fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %[4]q
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # These machines lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be
+  # written, and without this every sandbox fails to start.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni", %[5]q]
+    conf_dir = %[6]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+`, filepath.Join(dir, "containerd", "root"), filepath.Join(dir, "containerd", "state"),
+		filepath.Join(dir, "containerd.sock"), env.pauseImage, env.binDir, filepath.Join(dir, "cni"))
+}
+
+func cniConfig(dir, prefix string, env nodeEnv) string {
+	return fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "qgpu-e2e", "plugins": [{"type": "qgpu-e2e-cni",
+  "prefix": %q, "dataDir": %q, "proxySocket": %q, "serviceIP": %q}]}
+`, prefix, filepath.Join(dir, "cni-data"), env.proxySocket, env.serviceIP)
+}
+
+// cgroupRoot is the node's own cgroup parent: two kubelets sharing the
+// host's kubepods cgroups each take the other's pods for orphans and kill them.
+func cgroupRoot(node string) string { return "/qgpu-e2e-" + node }
+
+func kubeletConfig(dir string, port int, cgroupRoot string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+cgroupRoot: %s
+failSwapOn: false
+failCgroupV1: false
+containerRuntimeEndpoint: unix://%s
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", nodefs.inodesFree: "1%%", imagefs.available: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+nodeStatusUpdateFrequency: 4s
+syncFrequency: 10s
+resolvConf: ""
+rotateCertificates: false
+`, port, port+1, cgroupRoot, filepath.Join(dir, "containerd.sock"))
+}
+
+// runNode is the runner, inside the node's mount namespace.
+func runNode(args []string) error {
+	var dir, name, binDir, kubeconfig, labels string
+	var images multiFlag
+	fs := newFlagSet("node")
+	fs.StringVar(&dir, "dir", "", "")
+	fs.StringVar(&name, "name", "", "")
+	fs.StringVar(&binDir, "bin-dir", "", "")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "")
+	fs.StringVar(&labels, "labels", "", "")
+	fs.Var(&images, "image", "")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := nodeMounts(dir); err != nil {
+		return err
+	}
+	cgroups, err := makeCgroupRoot(cgroupRoot(name))
+	defer removeCgroups(cgroups)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var procs []*proc
+	shim := filepath.Join(binDir, "containerd-shim-runc-v2")
+	defer func() { teardown(dir, shim, procs) }()
+	containerd, err := spawn(dir, "containerd", filepath.Join(binDir, "containerd"), "--config", filepath.Join(dir, "containerd.toml"))
+	if err != nil {
+		return err
+	}
+	procs = append(procs, containerd)
+	sock := filepath.Join(dir, "containerd.sock")
+	if err := waitFor(ctx, 60*time.Second, "containerd socket", func() bool { _, err := os.Stat(sock); return err == nil }); err != nil {
+		return err
+	}
+	for _, img := range images {
+		cmd := exec.CommandContext(ctx, filepath.Join(binDir, "ctr"), "--address", sock, "-n", "k8s.io", "images", "import", img)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("importing %s: %v: %s", img, err, out)
+		}
+	}
+	kubelet, err := spawn(dir, "kubelet", filepath.Join(binDir, "kubelet"),
+		"--config", filepath.Join(dir, "kubelet.yaml"), "--kubeconfig", kubeconfig,
+		"--hostname-override", name, "--node-ip", "127.0.0.1", "--cert-dir", filepath.Join(dir, "pki"),
+		"--node-labels", labels, "--v", "2")
+	if err != nil {
+		return err
+	}
+	procs = append(procs, kubelet)
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-containerd.done:
+		return fmt.Errorf("containerd exited early: %v (see %s/containerd.log)", containerd.err, dir)
+	case <-kubelet.done:
+		return fmt.Errorf("the kubelet exited early: %v (see %s/kubelet.log)", kubelet.err, dir)
+	}
+}
+
+// proc is a started process and its exit.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// nodeMounts gives the node its own /var/lib/kubelet, /var/log/pods,
+// /var/lib/qgpu, device root, netns and containerd runtime directories,
+// bind-mounted from dir so that the e2e program reads them from the host.
+func nodeMounts(dir string) error {
+	binds := [][2]string{
+		{"kubelet", "/var/lib/kubelet"}, {"pods", "/var/log/pods"}, {"containers", "/var/log/containers"},
+		{"qgpu", "/var/lib/qgpu"}, {"dev", DeviceRoot},
+	}
+	for _, b := range binds {
+		src := filepath.Join(dir, b[0])
+		if err := os.MkdirAll(b[1], 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount(src, b[1], "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind-mounting %s on %s: %w", src, b[1], err)
+		}
+	}
+	for _, t := range []string{"/run/netns", "/run/containerd"} {
+		if err := os.MkdirAll(t, 0o755); err != nil {
+			return err
+		}
+		if err := unix.Mount("tmpfs", t, "tmpfs", 0, "mode=0755"); err != nil {
+			return fmt.Errorf("mounting tmpfs on %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+func spawn(dir, name, bin string, args ...string) (*proc, error) {
+	log, err := os.Create(filepath.Join(dir, name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	return p, nil
+}
+
+// teardown stops the kubelet, then every container and shim containerd
+// started (by the pids it recorded), then containerd; the mount namespace,
+// and every mount in it, goes with its last process.
+func teardown(dir, shim string, procs []*proc) {
+	for i := len(procs) - 1; i >= 0; i-- {
+		p := procs[i]
+		if i == 0 { // containerd: its tasks first
+			killContainers(dir, shim)
+		}
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(15 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	}
+	killContainers(dir, shim)
+}
+
+// killContainers kills the containers' init processes, by the init.pid
+// files runc's shim writes in each task's bundle, and the shims of this
+// node's containerd: the processes running the shim binary with this node's
+// containerd socket as -address.
+func killContainers(dir, shim string) {
+	files, _ := filepath.Glob(filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "*", "*", "init.pid"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(raw))); err == nil && pid > 1 {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	sock := filepath.Join(dir, "containerd.sock")
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, f := range procs {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(raw), "\x00"), "\x00")
+		if len(args) == 0 || args[0] != shim {
+			continue
+		}
+		for i, a := range args {
+			if a == "-address" && i+1 < len(args) && args[i+1] == sock {
+				if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(f))); err == nil {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+	}
+}
+
+// makeCgroupRoot creates root in every cgroup v1 hierarchy (and the v2 one)
+// under /sys/fs/cgroup, as the kubelet requires of its --cgroup-root.
+func makeCgroupRoot(root string) ([]string, error) {
+	entries, err := os.ReadDir("/sys/fs/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	var made []string
+	for _, e := range entries {
+		if !e.IsDir() { // cpu,cpuacct style links
+			continue
+		}
+		d := filepath.Join("/sys/fs/cgroup", e.Name(), root)
+		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
+			return made, fmt.Errorf("creating cgroup %s: %w", d, err)
+		}
+		made = append(made, d)
+	}
+	return made, nil
+}
+
+// removeCgroups removes the node's cgroups, deepest first (only empty
+// cgroups can be removed: every process in them is gone by now).
+func removeCgroups(roots []string) {
+	// Exited processes leave their cgroups a moment later: a few tries.
+	for attempt := 0; attempt < 20 && removeCgroupsOnce(roots) > 0; attempt++ {
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// removeCgroupsOnce returns how many cgroups are left.
+func removeCgroupsOnce(roots []string) int {
+	left := 0
+	for _, root := range roots {
+		var dirs []string
+		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+				left++
+			}
+		}
+	}
+	return left
+}
+
+// waitFor polls cond every 100 ms until it holds, ctx ends or d passes.
+func waitFor(ctx context.Context, d time.Duration, what string, cond func() bool) error {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+// Command probe is the image the e2e node (make e2e-node) runs in place of
+// the examples' workloads. It prints what the container was given, as JSON
+// lines on stdout, then sleeps until it is stopped:
+//
+//	{"kind":"dev","name":"nvidia1","char":true,"major":195,"minor":1}
+//	{"kind":"env","name":"QGPU_MEMORY_GIB","value":"4"}
+//	{"kind":"mount","target":"/etc/hosts","source":"/dev/vda","fstype":"ext4"}
+//	{"kind":"done"}
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Line is one thing the container sees.
+type Line struct {
+	Kind   string `json:"kind"` // dev, env, mount, error, done
+	Name   string `json:"name,omitempty"`
+	Value  string `json:"value,omitempty"`
+	Char   bool   `json:"char,omitempty"`
+	Major  uint32 `json:"major,omitempty"`
+	Minor  uint32 `json:"minor,omitempty"`
+	Target string `json:"target,omitempty"`
+	Source string `json:"source,omitempty"`
+	FSType string `json:"fstype,omitempty"`
+}
+
+func main() {
+	enc := json.NewEncoder(os.Stdout)
+	emit := func(l Line) { _ = enc.Encode(l) }
+	devices(emit)
+	environment(emit)
+	mounts(emit)
+	emit(Line{Kind: "done"})
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+}
+
+func devices(emit func(Line)) {
+	entries, err := os.ReadDir("/dev")
+	if err != nil {
+		emit(Line{Kind: "error", Value: err.Error()})
+		return
+	}
+	for _, e := range entries {
+		l := Line{Kind: "dev", Name: e.Name()}
+		var st unix.Stat_t
+		if err := unix.Lstat("/dev/"+e.Name(), &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFCHR {
+			l.Char, l.Major, l.Minor = true, unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		}
+		emit(l)
+	}
+}
+
+func environment(emit func(Line)) {
+	env := os.Environ()
+	sort.Strings(env)
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		emit(Line{Kind: "env", Name: k, Value: v})
+	}
+}
+
+// mounts reads /proc/self/mountinfo: field 5 is the mount point; after the
+// " - " separator come the file system type and the source.
+func mounts(emit func(Line)) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		emit(Line{Kind: "error", Value: err.Error()})
+		return
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, tail := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(tail) < 2 {
+			emit(Line{Kind: "error", Value: fmt.Sprintf("mountinfo line %q", sc.Text())})
+			continue
+		}
+		emit(Line{Kind: "mount", Target: fields[4], FSType: tail[0], Source: tail[1]})
+	}
+}
