@@ -70,7 +70,7 @@ func newCommand() *cobra.Command {
 	pods.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list pods of every namespace")
 	root.AddCommand(pods)
 	root.AddCommand(&cobra.Command{
-		Use: "check", Short: "Report every violated invariant (oversubscribed card, pod without assignment, grant mismatch)",
+		Use: "check", Short: "Report every violated invariant (oversubscribed or unknown card, pod without assignment or given other than it asked, grant mismatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := load(cmd.Context())
 			if err != nil {
@@ -79,6 +79,9 @@ func newCommand() *cobra.Command {
 			v := c.Check()
 			for _, p := range c.Swapped() {
 				fmt.Fprintf(cmd.OutOrStdout(), "note: %s runs on a twin's card (identical requests admitted in the other order; card totals are right)\n", p)
+			}
+			for _, w := range c.Warnings() {
+				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s (not counted: it may have changed after the pod was placed)\n", w)
 			}
 			for _, x := range v {
 				fmt.Fprintln(cmd.OutOrStdout(), x)

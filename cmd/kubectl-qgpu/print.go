@@ -21,7 +21,7 @@ type listing struct {
 func printNodes(w io.Writer, c *listing) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tCARD\tMODEL\tHEALTH\tMEMORY(GiB)\tCORES\tGREEDY\tPODS\tHOLDERS")
-	for _, n := range c.Nodes {
+	for _, n := range append(append([]view.Node(nil), c.Nodes...), c.Other...) {
 		if c.node != "" && n.Name != c.node {
 			continue
 		}
