@@ -133,6 +133,12 @@ func TestCheck(t *testing.T) {
 				granted(t, placed(t, builders.GPUPod("b").General("c", 10, 10), one(sl(1, 10, 10))), one(sl(0, 10, 10))),
 			}
 		}, []string{"GrantMismatch default/b", "OversubscribedGranted n1/card0"}},
+		{"a swap between unequal pods", []*v1.Node{gpuNode(false)}, func(t *testing.T) []v1.Pod {
+			return []v1.Pod{
+				granted(t, placed(t, builders.GPUPod("a").General("c", 4, 10), one(sl(0, 4, 10))), one(sl(1, 4, 10))),
+				granted(t, placed(t, builders.GPUPod("b").General("c", 8, 10), one(sl(1, 8, 10))), one(sl(0, 8, 10))),
+			}
+		}, []string{"GrantMismatch default/a", "GrantMismatch default/b"}},
 		{"bound without assignment", []*v1.Node{gpuNode(false)}, func(t *testing.T) []v1.Pod {
 			p := builders.GPUPod("a").General("c", 2, 10).Obj()
 			p.Spec.NodeName, p.Status.Phase = "n1", v1.PodRunning
@@ -147,6 +153,13 @@ func TestCheck(t *testing.T) {
 		{"inventory malformed", []*v1.Node{broken}, tenOnCard0, []string{"NodeUnknown n1"}},
 		{"inventory missing", []*v1.Node{noInventory}, tenOnCard0, []string{"NodeUnknown n1"}},
 		{"Node object gone", nil, tenOnCard0, []string{"NodeUnknown n1"}},
+		{"Node object gone under terminal pods", nil, func(t *testing.T) []v1.Pod {
+			pods := tenOnCard0(t)
+			for i := range pods {
+				pods[i].Status.Phase = v1.PodSucceeded
+			}
+			return pods
+		}, nil},
 		{"Node object gone, cores still judged", nil, func(t *testing.T) []v1.Pod {
 			return []v1.Pod{
 				placed(t, builders.GPUPod("a").General("c", 2, 60), one(sl(0, 2, 60))),
@@ -176,6 +189,20 @@ func TestCheck(t *testing.T) {
 		}, []string{"RequestMismatch default/a"}},
 		{"a container without its slice", []*v1.Node{gpuNode(false)}, func(t *testing.T) []v1.Pod {
 			return []v1.Pod{placed(t, builders.GPUPod("a").General("c", 2, 10).General("d", 2, 10), one(sl(0, 2, 10)))}
+		}, []string{"RequestMismatch default/a"}},
+		{"a slice for a container that asks for none", []*v1.Node{gpuNode(false)}, func(t *testing.T) []v1.Pod {
+			return []v1.Pod{placed(t, builders.GPUPod("a").General("c", 2, 10).Container("sidecar", nil), one(sl(0, 2, 10)), one(sl(1, 2, 10)))}
+		}, []string{"RequestMismatch default/a"}},
+		{"assigned another class than the pod's", []*v1.Node{gpuNode(true)}, func(t *testing.T) []v1.Pod {
+			p := placed(t, builders.GPUPod("a").General("c", 2, 10), one(sl(0, 2, 10)))
+			p.Annotations[protocol.AnnotationAppClass] = string(protocol.ClassOffline)
+			p.Spec.Containers[0] = builders.GPUPod("x").Offline("c", 2, 10).Obj().Spec.Containers[0]
+			return []v1.Pod{p}
+		}, []string{"RequestMismatch default/a"}},
+		{"slices held on an invalid request", []*v1.Node{gpuNode(false)}, func(t *testing.T) []v1.Pod {
+			p := placed(t, builders.GPUPod("a").General("c", 2, 10), one(sl(0, 2, 10)))
+			p.Annotations[protocol.AnnotationAppClass] = "batch"
+			return []v1.Pod{p}
 		}, []string{"RequestMismatch default/a"}},
 		{"model filter", []*v1.Node{gpuNode(false)}, func(t *testing.T) []v1.Pod {
 			return []v1.Pod{
