@@ -76,19 +76,8 @@ func newCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v := c.Check()
-			for _, p := range c.Swapped() {
-				fmt.Fprintf(cmd.OutOrStdout(), "note: %s runs on a twin's card (identical requests admitted in the other order; card totals are right)\n", p)
-			}
-			for _, w := range c.Warnings() {
-				fmt.Fprintf(cmd.OutOrStdout(), "warning: %s (not counted: it may have changed after the pod was placed)\n", w)
-			}
-			for _, x := range v {
-				fmt.Fprintln(cmd.OutOrStdout(), x)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "violations %d\n", len(v))
-			if len(v) > 0 {
-				return fmt.Errorf("%d invariant(s) violated", len(v))
+			if n := printCheck(cmd.OutOrStdout(), c.Cluster); n > 0 {
+				return fmt.Errorf("%d invariant(s) violated", n)
 			}
 			return nil
 		},
