@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -28,14 +29,13 @@ func (p Pod) live() bool {
 
 // holdingNodes are the names of the nodes that live pods hold slices on, sorted.
 func (c *Cluster) holdingNodes() []string {
-	var out []string
+	seen := sets.New[string]()
 	for _, p := range c.Pods {
-		if p.live() && !slices.Contains(out, p.Node) {
-			out = append(out, p.Node)
+		if p.live() {
+			seen.Insert(p.Node)
 		}
 	}
-	slices.Sort(out)
-	return out
+	return sets.List(seen)
 }
 
 // unknown is why a node's capacity is unknown: it has no Node object or no
