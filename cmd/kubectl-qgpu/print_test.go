@@ -45,7 +45,7 @@ func TestPrintCheck(t *testing.T) {
 		}, "violations 0\n", 0},
 		{"a warning is not counted", []v1.Node{*node}, func(t *testing.T) []v1.Pod {
 			return []v1.Pod{bound(t, builders.GPUPod("a").Online("c", 4), 4, 0)}
-		}, "warning: NotMixedNode default/a: a online pod on n1, which is not labelled mixed-qgpu-enable=enable (not counted: it may have changed after the pod was placed)\nviolations 0\n", 0},
+		}, "warning: NotMixedNode default/a: an online pod on n1, which is not labelled mixed-qgpu-enable=enable (not counted: it may have changed after the pod was placed)\nviolations 0\n", 0},
 		{"Node object gone under three 10 GiB pods", nil, func(t *testing.T) []v1.Pod {
 			return []v1.Pod{
 				bound(t, builders.GPUPod("a").General("c", 10, 10), 10, 10),

@@ -130,7 +130,7 @@ func (c *Cluster) Warnings() []Violation {
 			continue
 		}
 		if p.Assignment.Class != protocol.ClassGeneral && !c.facts[p.Node].mixed {
-			out = append(out, Violation{"NotMixedNode", p.Key(), fmt.Sprintf("a %s pod on %s, which is not labelled %s=%s",
+			out = append(out, Violation{"NotMixedNode", p.Key(), fmt.Sprintf("an %s pod on %s, which is not labelled %s=%s",
 				p.Assignment.Class, p.Node, protocol.LabelMixedEnable, protocol.LabelValueEnable)})
 		}
 		for _, s := range slicesOf(p.Assignment) {
