@@ -82,22 +82,14 @@ func newCommand() *cobra.Command {
 	pods.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "list pods of every namespace")
 	root.AddCommand(pods)
 	root.AddCommand(&cobra.Command{
-		Use: "check", Short: "Report every violated invariant (oversubscribed card, pod without assignment, grant mismatch)",
+		Use: "check", Short: "Report every violated invariant (oversubscribed or unknown card, pod without assignment or given other than it asked, grant mismatch)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := load(cmd.Context())
 			if err != nil {
 				return err
 			}
-			v := c.Check()
-			for _, p := range c.Swapped() {
-				fmt.Fprintf(cmd.OutOrStdout(), "note: %s runs on a twin's card (identical requests admitted in the other order; card totals are right)\n", p)
-			}
-			for _, x := range v {
-				fmt.Fprintln(cmd.OutOrStdout(), x)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "violations %d\n", len(v))
-			if len(v) > 0 {
-				return fmt.Errorf("%d invariant(s) violated", len(v))
+			if n := printCheck(cmd.OutOrStdout(), c.Cluster); n > 0 {
+				return fmt.Errorf("%d invariant(s) violated", n)
 			}
 			return nil
 		},

@@ -21,7 +21,7 @@ type listing struct {
 func printNodes(w io.Writer, c *listing) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tCARD\tMODEL\tHEALTH\tMEMORY(GiB)\tCORES\tGREEDY\tPODS\tHOLDERS")
-	for _, n := range c.Nodes {
+	for _, n := range append(append([]view.Node(nil), c.Nodes...), c.Other...) {
 		if c.node != "" && n.Name != c.node {
 			continue
 		}
@@ -105,4 +105,22 @@ func suspendedFor(s view.Suspensions, p view.Pod, now time.Time) string {
 		d = 0 // clock skew between the node and here
 	}
 	return fmt.Sprintf("yes (%s)", d.Round(100*time.Millisecond))
+}
+
+// printCheck prints the notes, the warnings, one line per violation and
+// then "violations <n>", and returns n: the command exits non-zero when it
+// is not 0. Warnings are not counted (view.Cluster.Warnings says why).
+func printCheck(w io.Writer, c *view.Cluster) int {
+	v := c.Check()
+	for _, p := range c.Swapped() {
+		fmt.Fprintf(w, "note: %s runs on a twin's card (identical requests admitted in the other order; card totals are right)\n", p)
+	}
+	for _, x := range c.Warnings() {
+		fmt.Fprintf(w, "warning: %s (not counted: it may have changed after the pod was placed)\n", x)
+	}
+	for _, x := range v {
+		fmt.Fprintln(w, x)
+	}
+	fmt.Fprintf(w, "violations %d\n", len(v))
+	return len(v)
 }

@@ -17,14 +17,18 @@ type Violation struct {
 func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.Object, v.Detail) }
 
 // Check reports every card over its capacity (memory, cores per class, pods,
-// classes mixed) by the assignments or by what the agents granted, every
-// bound qGPU pod without the scheduler's assignment, and every agent grant
-// that disagrees with the assignment so that some card's totals differ. A
-// balanced swap between pods with identical requests is no violation: it is
-// listed by Swapped.
+// classes mixed) by the assignments or by what the agents granted, on every
+// node that holds qGPU pods, labelled or not; every node that holds them
+// while its capacity is unknown (NodeUnknown); every bound qGPU pod without
+// the scheduler's assignment; every slice on a card the inventory does not
+// list, or other than the pod asked for, or on a model its filters exclude
+// (checkPods); and every agent grant that disagrees with the assignment so
+// that some card's totals differ. A balanced swap between pods with
+// identical requests is no violation: it is listed by Swapped. What the
+// scheduler may not have known is listed by Warnings.
 func (c *Cluster) Check() []Violation {
 	var out []Violation
-	for _, n := range c.Nodes {
+	for _, n := range c.allNodes() {
 		for _, card := range n.Cards {
 			if d := cardProblem(card); d != "" {
 				out = append(out, Violation{"Oversubscribed", fmt.Sprintf("%s/card%d", n.Name, card.Index), d})
@@ -41,7 +45,14 @@ func (c *Cluster) Check() []Violation {
 		out = append(out, Violation{"GrantMismatch", p.Key(), fmt.Sprintf("the agent granted other slices than the scheduler assigned on %s: assigned %s, granted %s",
 			p.Node, describe(p.Assignment), describe(p.Grant))})
 	}
-	return append(out, c.checkGranted()...)
+	out = append(out, c.checkGranted()...)
+	out = append(out, c.checkUnknown()...)
+	return append(out, c.checkPods()...)
+}
+
+// allNodes are the labelled nodes, then the others that hold qGPU pods.
+func (c *Cluster) allNodes() []Node {
+	return append(append([]Node(nil), c.Nodes...), c.Other...)
 }
 
 func cardProblem(c ledger.Card) string {

@@ -26,7 +26,7 @@ func holdingOf(node string, a, fallback *protocol.Assignment) ledger.Holding {
 // (grants) oversubscribes, unless the assignments already do (Oversubscribed).
 func (c *Cluster) checkGranted() []Violation {
 	var out []Violation
-	for _, n := range c.Nodes {
+	for _, n := range c.allNodes() {
 		g, _ := c.granted.CopyNode(n.Name, nil)
 		for i, card := range g.Cards {
 			if i < len(n.Cards) && cardProblem(n.Cards[i]) != "" {

@@ -34,12 +34,12 @@ func TestCheckHeld(t *testing.T) {
 	}
 	var kinds []string
 	for _, v := range c.CheckHeld([]Held{held("running"), held("done"), held("moved"), held("gone")}) {
-		kinds = append(kinds, v.Kind+" "+v.Object)
+		kinds = append(kinds, v.String())
 	}
 	want := []string{
-		"StaleGrant default/done container c on n1",
-		"StaleGrant default/moved container c on n1",
-		"StaleGrant default/gone container c on n1",
+		"StaleGrant default/done container c on n1: the agent holds tke.cloud.tencent.com/qgpu-memory for a pod in phase Succeeded",
+		`StaleGrant default/moved container c on n1: the agent holds tke.cloud.tencent.com/qgpu-memory for a pod bound to "n2"`,
+		"StaleGrant default/gone container c on n1: the agent holds tke.cloud.tencent.com/qgpu-memory for pod UID uid-gone, which no longer exists",
 	}
 	if diff := cmp.Diff(want, kinds); diff != "" {
 		t.Fatalf("violations (-want +got):\n%s", diff)

@@ -18,7 +18,12 @@ import (
 
 // Cluster is the qGPU state of a cluster at one moment.
 type Cluster struct {
+	// Nodes are the nodes labelled qgpu-device-enable=enable.
 	Nodes []Node
+	// Other are the nodes that hold bound qGPU pods but are not labelled
+	// (the label was removed under them) or have no Node object (deleted):
+	// their cards are checked as far as their capacity is known (unknown.go).
+	Other []Node
 	// Pods are the qGPU pods, bound or not.
 	Pods []Pod
 	// Unassigned are bound qGPU pods without an assignment the scheduler made.
@@ -27,6 +32,17 @@ type Cluster struct {
 	// granted counts what the agents really handed out: each pod's grant
 	// where it has a valid one, else its assignment (granted.go).
 	granted *ledger.Ledger
+	// facts are what the Node objects say, by name; a node absent here has
+	// no Node object.
+	facts map[string]nodeFacts
+}
+
+// nodeFacts is what a Node object says about its qGPU cards.
+type nodeFacts struct {
+	labelled, mixed bool
+	// invalid is why its inventory is unusable (missing or malformed).
+	invalid string
+	cards   []protocol.Card
 }
 
 // Node is one qGPU node with its cards' usage.
@@ -46,8 +62,10 @@ type Pod struct {
 	Node            string
 	Phase           v1.PodPhase
 	Class           protocol.Class
-	Assignment      *protocol.Assignment
-	Grant           *protocol.Assignment
+	// req is the pod's parsed request; nil when Problem says why not.
+	req        *request.Request
+	Assignment *protocol.Assignment
+	Grant      *protocol.Assignment
 	// Problem is why the pod's request or annotations are not usable, if so.
 	Problem string
 }
@@ -57,36 +75,56 @@ func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
 
 // Build reads nodes and pods; maxPodsPerCard ≤ 0 is the seed's Mc/4.
 func Build(nodes []v1.Node, pods []v1.Pod, maxPodsPerCard int) *Cluster {
-	c := &Cluster{ledger: ledger.New(maxPodsPerCard), granted: ledger.New(maxPodsPerCard)}
+	c := &Cluster{ledger: ledger.New(maxPodsPerCard), granted: ledger.New(maxPodsPerCard), facts: map[string]nodeFacts{}}
 	for i := range nodes {
-		setNode(c.ledger, &nodes[i])
-		setNode(c.granted, &nodes[i])
+		f := readNode(&nodes[i])
+		c.facts[nodes[i].Name] = f
+		c.setNode(nodes[i].Name, f)
 	}
 	for i := range pods {
 		c.addPod(&pods[i])
 	}
-	for i := range nodes {
-		if nodes[i].Labels[protocol.LabelDeviceEnable] == protocol.LabelValueEnable {
-			c.Nodes = append(c.Nodes, c.node(nodes[i].Name))
+	c.coverUnknown()
+	for name, f := range c.facts {
+		if f.labelled {
+			c.Nodes = append(c.Nodes, c.node(name))
+		}
+	}
+	for _, name := range c.holdingNodes() {
+		if f, ok := c.facts[name]; !ok || !f.labelled {
+			c.Other = append(c.Other, c.node(name))
 		}
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
 	return c
 }
 
-func setNode(l *ledger.Ledger, n *v1.Node) {
-	mixed := n.Labels[protocol.LabelMixedEnable] == protocol.LabelValueEnable
+func readNode(n *v1.Node) nodeFacts {
+	f := nodeFacts{
+		labelled: n.Labels[protocol.LabelDeviceEnable] == protocol.LabelValueEnable,
+		mixed:    n.Labels[protocol.LabelMixedEnable] == protocol.LabelValueEnable,
+	}
 	raw, ok := n.Annotations[protocol.AnnotationInventory]
 	if !ok {
-		l.SetNode(n.Name, nil, "no annotation "+protocol.AnnotationInventory, mixed)
-		return
+		f.invalid = "no annotation " + protocol.AnnotationInventory
+		return f
 	}
 	inv, err := protocol.DecodeInventory([]byte(raw))
 	if err != nil {
-		l.SetNode(n.Name, nil, err.Error(), mixed)
-		return
+		f.invalid = err.Error()
+		return f
 	}
-	l.SetNode(n.Name, inv, "", mixed)
+	f.cards = inv.Cards
+	return f
+}
+
+func (c *Cluster) setNode(name string, f nodeFacts) {
+	var inv *protocol.Inventory
+	if f.invalid == "" {
+		inv = &protocol.Inventory{Version: protocol.InventoryVersion, Cards: f.cards}
+	}
+	c.ledger.SetNode(name, inv, f.invalid, f.mixed)
+	c.granted.SetNode(name, inv, f.invalid, f.mixed)
 }
 
 func (c *Cluster) addPod(pod *v1.Pod) {
@@ -98,7 +136,7 @@ func (c *Cluster) addPod(pod *v1.Pod) {
 	if err != nil {
 		p.Problem = err.Error()
 	} else {
-		p.Class = req.Class
+		p.Class, p.req = req.Class, req
 	}
 	p.Assignment, p.Grant = readAssignments(pod, &p)
 	terminal := p.Phase == v1.PodSucceeded || p.Phase == v1.PodFailed
