@@ -41,9 +41,11 @@ func cardCount(spec string) int {
 	return n
 }
 
-// check applies manifests/ and manifests/examples/ through kustomizations
-// that change only the images (and give the agent fake cards), waits, and
-// checks every example container's own output.
+// check applies manifests/, then manifests/overlays/colocation (the agent
+// of mixed nodes, as a cluster with online and offline pods deploys it), and
+// manifests/examples/ through kustomizations that change only the images
+// (and give the agents fake cards), waits, and checks every example
+// container's own output.
 func check(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, nodes []*node) (result, error) {
 	var res result
 	root, err := harness.RepoRoot()
@@ -54,6 +56,10 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	if err != nil {
 		return res, err
 	}
+	colocation, err := writeKustomization(o, root, "colocation", "manifests/overlays/colocation", systemOverrides(o))
+	if err != nil {
+		return res, err
+	}
 	examples, err := writeKustomization(o, root, "examples", "manifests/examples", examplesOverrides(o))
 	if err != nil {
 		return res, err
@@ -61,7 +67,10 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	if _, err := apply(ctx, cp, system); err != nil {
 		return res, err
 	}
-	stepLog(start, "manifests/ applied")
+	if _, err := apply(ctx, cp, colocation); err != nil {
+		return res, err
+	}
+	stepLog(start, "manifests/ and manifests/overlays/colocation applied")
 	res.failures += waitSystemReady(ctx, cp)
 	stepLog(start, "qgpu-system checked")
 	applied, err := apply(ctx, cp, examples)
