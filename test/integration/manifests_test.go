@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -133,6 +135,29 @@ func assertNoForbidden(t *testing.T, c *harness.Cluster) {
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.Contains(strings.ToLower(line), "forbidden") {
 				t.Errorf("%s: %s", filepath.Base(filepath.Dir(p))+"/"+filepath.Base(p), line)
+			}
+		}
+	}
+}
+
+// TestManifestImagesArePinned: every image of the shipped manifests names a
+// version tag, never :latest or no tag, so a rollout is what was tested and a
+// node that pulls again gets the same binary (make images tags with
+// `git describe`; a release tags v<x.y.z>).
+func TestManifestImagesArePinned(t *testing.T) {
+	for _, dir := range []string{"manifests", "manifests/overlays/colocation"} {
+		objs, err := harness.ReadManifests(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			containers, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+			for _, c := range containers {
+				image, _ := c.(map[string]any)["image"].(string)
+				name, tag, ok := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
+				if !ok || tag == "" || tag == "latest" {
+					t.Errorf("%s: %s %s: image %q (%s) has no version tag", dir, o.GetKind(), o.GetName(), image, name)
+				}
 			}
 		}
 	}
