@@ -46,11 +46,10 @@ func poll(t *testing.T, what string, f func() bool) {
 	}
 }
 
-// TestRun runs the whole agent on a fake clientset, a simulated NVML and a
-// fake kubelet registration socket: inventory, registration, an Allocate over
-// the plugin socket, the grant annotation, a health change, metrics, shutdown.
-func TestRun(t *testing.T) {
-	dir := t.TempDir()
+// fakeKubelet serves the kubelet's registration socket in dir until the
+// test ends and returns what the plugins register.
+func fakeKubelet(t *testing.T, dir string) *registrar {
+	t.Helper()
 	lis, err := net.Listen("unix", filepath.Join(dir, deviceplugin.KubeletSocketName))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +58,16 @@ func TestRun(t *testing.T) {
 	kubelet := grpc.NewServer()
 	pluginapi.RegisterRegistrationServer(kubelet, reg)
 	go kubelet.Serve(lis)
-	defer kubelet.Stop()
+	t.Cleanup(kubelet.Stop)
+	return reg
+}
+
+// TestRun runs the whole agent on a fake clientset, a simulated NVML and a
+// fake kubelet registration socket: inventory, registration, an Allocate over
+// the plugin socket, the grant annotation, a health change, metrics, shutdown.
+func TestRun(t *testing.T) {
+	dir := t.TempDir()
+	reg := fakeKubelet(t, dir)
 
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{protocol.LabelSchedulePolicy: "fs"}}}
 	pod := testPod()

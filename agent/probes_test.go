@@ -9,13 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
-	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
-	"github.com/qgpu-scheduler/qgpu/agent/deviceplugin"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
 )
 
@@ -56,15 +53,7 @@ func probe(t *testing.T, url string) (int, string) {
 // change that cannot be published makes the agent unready again.
 func TestProbes(t *testing.T) {
 	dir := t.TempDir()
-	lis, err := net.Listen("unix", filepath.Join(dir, deviceplugin.KubeletSocketName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := &registrar{reqs: make(chan string, 16)}
-	kubelet := grpc.NewServer()
-	pluginapi.RegisterRegistrationServer(kubelet, reg)
-	go kubelet.Serve(lis)
-	defer kubelet.Stop()
+	reg := fakeKubelet(t, dir)
 
 	client := fake.NewClientset()
 	cards, _ := nvml.ParseFakeSpec("2xT4")
