@@ -103,12 +103,18 @@ func (n *node) stop() {
 	if n.done == nil {
 		return
 	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	terminate(n.cmd, n.done, 60*time.Second)
+}
+
+// terminate sends SIGTERM, and SIGKILL when the process has not exited
+// (done closed) within grace; it returns once the process is gone.
+func terminate(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-n.done:
-	case <-time.After(60 * time.Second):
-		_ = n.cmd.Process.Kill()
-		<-n.done
+	case <-done:
+	case <-time.After(grace):
+		_ = cmd.Process.Kill()
+		<-done
 	}
 }
 
@@ -317,13 +323,7 @@ func teardown(dir, shim string, procs []*proc) {
 		if i == 0 { // containerd: its tasks first
 			killContainers(dir, shim)
 		}
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		terminate(p.cmd, p.done, 15*time.Second)
 	}
 	killContainers(dir, shim)
 }
