@@ -47,9 +47,12 @@ func TestSuspendResume(t *testing.T) {
 			t.Logf("suspend: %s", Summary(m.Suspend))
 			t.Logf("resume:  %s", Summary(m.Resume))
 			// Strict: offline pods never resume less than idle after the
-			// online process stopped.
-			if first := Percentile(m.Resume, 0); first < idle {
-				t.Errorf("fastest resume %s < idle %s: offline pods resumed too early", first, idle)
+			// controller last saw the online process busy. That sighting is
+			// up to one poll before the process stopped (the measurement's
+			// start), so the bound from the stop is idle - poll: a CI run saw
+			// 97.4 ms with idle 100 ms and poll 10 ms.
+			if first := Percentile(m.Resume, 0); first < idle-poll {
+				t.Errorf("fastest resume %s < idle %s - poll %s: offline pods resumed too early", first, idle, poll)
 			}
 			// Timing on a shared machine: the promise (suspend ≤ poll,
 			// resume ≤ idle + 2·poll, README) plus slack, on p90; the worst
