@@ -1,8 +1,6 @@
 package nvml
 
 import (
-	"crypto/sha1"
-	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -11,6 +9,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/qgpu-scheduler/qgpu/agent/nvml/fakespec"
 )
 
 // Fake is a simulated NVML built from go-nvml's mock package, so that the same
@@ -40,7 +40,7 @@ func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 	f := &Fake{lost: map[int]bool{}, healthFile: healthFile, events: make(chan nvml.EventData, 64),
 		procs: map[int]map[uint32]uint32{}, procErr: map[int]nvml.Return{}}
 	for i, c := range cards {
-		f.uuids = append(f.uuids, fakeUUID(seed, i))
+		f.uuids = append(f.uuids, fakespec.UUID(seed, i))
 		f.devices = append(f.devices, f.newDevice(i, c))
 	}
 	f.InitFunc = func() nvml.Return { return nvml.SUCCESS }
@@ -60,11 +60,6 @@ func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 		}, nvml.SUCCESS
 	}
 	return f
-}
-
-func fakeUUID(seed string, index int) string {
-	h := sha1.Sum([]byte(seed + "/" + strconv.Itoa(index)))
-	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }
 
 func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {

@@ -23,22 +23,33 @@ import (
 
 const probeNS = "chaos-probe"
 
-// finish ends a run: it lets the cluster settle, prints the pod counts and
-// checks (1) the cluster as kubectl qgpu check does, (2) the scheduler's
+// finish ends a run: it waits for the cluster to settle, prints the pod
+// counts and checks (1) the cluster as kubectl qgpu check does, (2) the scheduler's
 // ledger against a rebuild: with every pod deleted, one whole-card pod per
 // healthy card must bind, or the scheduler still counts a slice of a gone
 // pod, (3) the agents' stores: no grant for a gone or terminal pod, and (4)
 // no grant the agent refused for a card's capacity: each one is an
-// assignment the scheduler made over what the card has.
+// assignment the scheduler made over what the card has, and (5) the
+// observer's peak: the most cards over capacity at one moment of the run.
 func (e *env) finish(ctx context.Context) int {
-	time.Sleep(3 * time.Second)
+	e.obs.settle(ctx, settleQuiet, settleLimit)
 	e.printCounts(ctx)
 	n := e.checkRefusals()
 	n += e.checkCluster(ctx, "after the faults")
 	n += e.probe(ctx)
 	n += e.checkCluster(ctx, "after the probe")
-	return n + e.checkStores(ctx)
+	n += e.checkStores(ctx)
+	return n + e.obs.report()
 }
+
+// settleQuiet is how long no pod or node may change before the end-state
+// checks: longer than the agents' reconcile and health intervals
+// (startEnv), so a pass of each has run on the final state. settleLimit
+// bounds the wait.
+const (
+	settleQuiet = 2 * time.Second
+	settleLimit = time.Minute
+)
 
 func (e *env) printCounts(ctx context.Context) {
 	sel := fields.Set{"reason": "FailedScheduling"}.String()

@@ -40,6 +40,8 @@ type env struct {
 	savedInv string               // an inventory to restore
 	// schedulers, when set, are the scheduler names new pods take in turn.
 	schedulers []string
+	// obs watches every instant of the run (observe.go).
+	obs *observer
 	// cleanups run when the env stops, after the cluster.
 	cleanups []func()
 	stopInf  context.CancelFunc
@@ -96,6 +98,16 @@ func (e *env) setup(ctx context.Context) error {
 	}
 	ictx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.stopInf = cancel
+	specs := make([]harness.NodeSpec, len(e.c.Nodes))
+	for i, n := range e.c.Nodes {
+		specs[i] = n.Spec
+	}
+	if e.obs, err = newObserver(specs); err != nil {
+		return err
+	}
+	if err := e.obs.start(ictx, e.c.Client); err != nil {
+		return err
+	}
 	f := informers.NewSharedInformerFactoryWithOptions(e.cs, 0, informers.WithNamespace(ns))
 	inf := f.Core().V1().Pods().Informer()
 	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

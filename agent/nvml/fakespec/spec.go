@@ -1,6 +1,10 @@
-package nvml
+// Package fakespec reads the --fake-cards spec of simulated cards. It is a
+// leaf package (no NVML), so that tests and tools can know a fake node's
+// cards without linking NVML.
+package fakespec
 
 import (
+	"crypto/sha1"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,8 +14,8 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// FakeCard is one simulated card of a --fake-cards spec.
-type FakeCard struct {
+// Card is one simulated card of a --fake-cards spec.
+type Card struct {
 	Model     string
 	MemoryMiB int64
 }
@@ -47,11 +51,11 @@ var fakeModels = map[string]knownModel{
 	"v100s-32g": {"Tesla V100S-PCIE-32GB", 32510},
 }
 
-// ErrFakeSpec is wrapped by every spec parsing error.
-var ErrFakeSpec = errors.New("invalid --fake-cards spec")
+// ErrSpec is wrapped by every spec parsing error.
+var ErrSpec = errors.New("invalid --fake-cards spec")
 
-// KnownFakeModels lists the short model names a spec accepts, sorted.
-func KnownFakeModels() []string {
+// KnownModels lists the short model names a spec accepts, sorted.
+func KnownModels() []string {
 	names := make([]string, 0, len(fakeModels))
 	for n := range fakeModels {
 		names = append(names, n)
@@ -60,23 +64,23 @@ func KnownFakeModels() []string {
 	return names
 }
 
-// ParseFakeSpec reads a --fake-cards value: comma-separated groups of
+// Parse reads a --fake-cards value: comma-separated groups of
 // "[<count>x]<card>", where <card> is a model from the table ("T4", "A100-80G")
 // or an explicit size "<n>MiB" / "<n>GiB", optionally followed by ":<model name>".
 // Examples: "4xT4", "2xA100-80G,1xT4", "2x20480MiB:MyModel", "24GiB".
-func ParseFakeSpec(spec string) ([]FakeCard, error) {
+func Parse(spec string) ([]Card, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "" {
-		return nil, fmt.Errorf("%w: empty", ErrFakeSpec)
+		return nil, fmt.Errorf("%w: empty", ErrSpec)
 	}
-	var cards []FakeCard
+	var cards []Card
 	for _, group := range strings.Split(spec, ",") {
 		count, card, err := parseGroup(strings.TrimSpace(group))
 		if err != nil {
-			return nil, fmt.Errorf("%w: group %q: %v", ErrFakeSpec, group, err)
+			return nil, fmt.Errorf("%w: group %q: %v", ErrSpec, group, err)
 		}
 		if len(cards)+count > protocol.MaxCards {
-			return nil, fmt.Errorf("%w: more than %d cards", ErrFakeSpec, protocol.MaxCards)
+			return nil, fmt.Errorf("%w: more than %d cards", ErrSpec, protocol.MaxCards)
 		}
 		for range count {
 			cards = append(cards, card)
@@ -85,12 +89,12 @@ func ParseFakeSpec(spec string) ([]FakeCard, error) {
 	return cards, nil
 }
 
-func parseGroup(group string) (int, FakeCard, error) {
+func parseGroup(group string) (int, Card, error) {
 	count := 1
 	if i := strings.IndexAny(group, "xX"); i > 0 && isDigits(group[:i]) {
 		n, err := strconv.Atoi(group[:i])
 		if err != nil || n < 1 || n > protocol.MaxCards {
-			return 0, FakeCard{}, fmt.Errorf("count %q must be 1 to %d", group[:i], protocol.MaxCards)
+			return 0, Card{}, fmt.Errorf("count %q must be 1 to %d", group[:i], protocol.MaxCards)
 		}
 		count, group = n, group[i+1:]
 	}
@@ -98,23 +102,23 @@ func parseGroup(group string) (int, FakeCard, error) {
 	return count, card, err
 }
 
-func parseCard(s string) (FakeCard, error) {
+func parseCard(s string) (Card, error) {
 	size, name, hasName := strings.Cut(s, ":")
 	if m, ok := fakeModels[strings.ToLower(size)]; ok && !hasName {
-		return FakeCard{Model: m.Name, MemoryMiB: m.MemoryMiB}, nil
+		return Card{Model: m.Name, MemoryMiB: m.MemoryMiB}, nil
 	}
 	mib, err := parseSize(size)
 	if err != nil {
-		return FakeCard{}, err
+		return Card{}, err
 	}
 	name = strings.TrimSpace(name)
 	if !hasName {
 		name = "Fake GPU"
 	}
 	if name == "" || len(name) > 128 || strings.ContainsAny(name, ",\n\r\t\"") {
-		return FakeCard{}, fmt.Errorf("model name %q must be 1 to 128 characters without commas, quotes or control characters", name)
+		return Card{}, fmt.Errorf("model name %q must be 1 to 128 characters without commas, quotes or control characters", name)
 	}
-	return FakeCard{Model: name, MemoryMiB: mib}, nil
+	return Card{Model: name, MemoryMiB: mib}, nil
 }
 
 func parseSize(s string) (int64, error) {
@@ -127,7 +131,7 @@ func parseSize(s string) (int64, error) {
 		num, unit = strings.TrimSuffix(s, "GiB"), protocol.GiB
 	default:
 		return 0, fmt.Errorf("%q is neither a known model (%s) nor a size like 20480MiB or 24GiB",
-			s, strings.Join(KnownFakeModels(), ", "))
+			s, strings.Join(KnownModels(), ", "))
 	}
 	if !isDigits(num) || len(num) > 9 {
 		return 0, fmt.Errorf("size %q is not a positive integer", s)
@@ -150,4 +154,11 @@ func isDigits(s string) bool {
 		}
 	}
 	return true
+}
+
+// UUID is the UUID of a simulated card: stable for a seed (the node name)
+// and index, so it survives agent restarts, and distinct between nodes.
+func UUID(seed string, index int) string {
+	h := sha1.Sum([]byte(seed + "/" + strconv.Itoa(index)))
+	return fmt.Sprintf("GPU-%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
 }

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/qgpu-scheduler/qgpu/agent/nvml/fakespec"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/internal/view"
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+// observer watches the run from the start with its own client and
+// informers, so that the check covers every instant of the run and not only
+// the pods still alive at its end. It does not trust the agents'
+// inventories: a node's cards are the ones the harness gave its fake NVML
+// (the node spec), whatever the agent publishes or a fault rewrites. On
+// every pod change it recomputes the cards of the node the pod is (or was)
+// bound to, with the checker's capacity rules, by the scheduler's
+// assignments and by the agents' grants, and keeps the peak number of
+// cards that were over capacity at the same moment.
+//
+// One moment is one state of the pod watch: the apiserver delivers the
+// pod changes of a watch in resourceVersion order, so every state the
+// observer evaluates existed. (A relist after a broken watch replays its
+// differences one by one; the runs do not restart the apiserver.)
+type observer struct {
+	cards map[string]corev1.Node // node → a Node object made from its spec
+
+	mu     sync.Mutex
+	pods   map[string]map[types.UID]*corev1.Pod // node → bound qGPU pods
+	over   map[string]int                       // node → cards over capacity now
+	now    int                                  // sum of over
+	peak   int
+	shown  []string // the first instants over capacity
+	events int
+	last   time.Time // the last pod or node change
+}
+
+const maxShown = 10
+
+// newObserver makes the observer's nodes from the harness's node specs.
+func newObserver(specs []harness.NodeSpec) (*observer, error) {
+	o := &observer{cards: map[string]corev1.Node{}, pods: map[string]map[types.UID]*corev1.Pod{}, over: map[string]int{}}
+	for _, s := range specs {
+		n, err := specNode(s)
+		if err != nil {
+			return nil, err
+		}
+		o.cards[s.Name] = n
+	}
+	return o, nil
+}
+
+// specNode is the Node the checker reads for a node spec: qGPU and mixed
+// labels as the spec says, and an inventory of its fake cards, all healthy
+// (a card turned unhealthy still holds its pods).
+func specNode(s harness.NodeSpec) (corev1.Node, error) {
+	fake, err := fakespec.Parse(s.Cards)
+	if err != nil {
+		return corev1.Node{}, fmt.Errorf("node %s: %w", s.Name, err)
+	}
+	inv := protocol.Inventory{Version: protocol.InventoryVersion}
+	for i, c := range fake {
+		inv.Cards = append(inv.Cards, protocol.Card{Index: i, UUID: fakespec.UUID(s.Name, i), Model: c.Model, MemoryMiB: c.MemoryMiB, Healthy: true})
+	}
+	raw, err := inv.Encode()
+	if err != nil {
+		return corev1.Node{}, fmt.Errorf("node %s: %w", s.Name, err)
+	}
+	labels := map[string]string{protocol.LabelDeviceEnable: protocol.LabelValueEnable}
+	if s.Mixed {
+		labels[protocol.LabelMixedEnable] = protocol.LabelValueEnable
+	}
+	return corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Labels: labels, Annotations: map[string]string{protocol.AnnotationInventory: raw}}}, nil
+}
+
+// start runs the observer's informers until ctx ends and waits for their
+// first list.
+func (o *observer) start(ctx context.Context, cs kubernetes.Interface) error {
+	f := informers.NewSharedInformerFactory(cs, 0)
+	pods, nodes := f.Core().V1().Pods().Informer(), f.Core().V1().Nodes().Informer()
+	_, _ = pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { o.podChanged(nil, obj) },
+		UpdateFunc: o.podChanged,
+		DeleteFunc: func(obj any) { o.podChanged(obj, nil) },
+	})
+	touch := func(any) { o.touch() }
+	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: touch, UpdateFunc: func(_, n any) { touch(n) }, DeleteFunc: touch})
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+		return fmt.Errorf("observer: informers did not sync")
+	}
+	return nil
+}
+
+func (o *observer) touch() {
+	o.mu.Lock()
+	o.events++
+	o.last = time.Now()
+	o.mu.Unlock()
+}
+
+// podChanged moves a pod between the per-node sets (nil old: added, nil
+// obj: deleted) and re-evaluates the nodes it left and entered.
+func (o *observer) podChanged(old, obj any) {
+	before, _ := tombstone(old)
+	after, _ := tombstone(obj)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.events++
+	o.last = time.Now()
+	touched := map[string]bool{}
+	if before != nil && before.Spec.NodeName != "" {
+		delete(o.pods[before.Spec.NodeName], before.UID)
+		touched[before.Spec.NodeName] = true
+	}
+	if after != nil && after.Spec.NodeName != "" && holds(after) {
+		if o.pods[after.Spec.NodeName] == nil {
+			o.pods[after.Spec.NodeName] = map[types.UID]*corev1.Pod{}
+		}
+		o.pods[after.Spec.NodeName][after.UID] = after
+		touched[after.Spec.NodeName] = true
+	}
+	for node := range touched {
+		o.evaluate(node)
+	}
+}
+
+func tombstone(obj any) (*corev1.Pod, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	p, ok := obj.(*corev1.Pod)
+	return p, ok
+}
+
+// holds reports whether a bound pod can hold card slices: qGPU annotations
+// of the scheduler or the agent, and not terminal. A pod being deleted
+// still runs until it is gone, so it holds.
+func holds(p *corev1.Pod) bool {
+	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return false
+	}
+	_, a := p.Annotations[protocol.AnnotationAssignment]
+	_, g := p.Annotations[protocol.AnnotationGrant]
+	return a || g
+}
+
+// evaluate checks one node's cards with its current pods; o.mu is held.
+func (o *observer) evaluate(node string) {
+	n, ok := o.cards[node]
+	if !ok {
+		return // not a qGPU node of the run
+	}
+	pods := make([]corev1.Pod, 0, len(o.pods[node]))
+	for _, p := range o.pods[node] {
+		pods = append(pods, *p)
+	}
+	over, details := cardsOver(n, pods)
+	o.now += over - o.over[node]
+	o.over[node] = over
+	if over > 0 && len(o.shown) < maxShown {
+		o.shown = append(o.shown, fmt.Sprintf("%s %d cards of %s: %v", time.Now().Format("15:04:05.000"), over, node, details))
+	}
+	o.peak = max(o.peak, o.now)
+}
+
+// cardsOver counts the cards of n that pods take past their capacity,
+// by assignments or by grants, with the checker's rules (internal/view).
+func cardsOver(n corev1.Node, pods []corev1.Pod) (int, []string) {
+	var details []string
+	cards := map[string]bool{}
+	for _, v := range view.Build([]corev1.Node{n}, pods, 0).Check() {
+		if v.Kind == "Oversubscribed" || v.Kind == "OversubscribedGranted" {
+			cards[v.Object] = true
+			details = append(details, v.String())
+		}
+	}
+	sort.Strings(details)
+	return len(cards), details
+}
+
+// settle waits until the cluster is quiet: no pod or node changed for
+// quiet and every bound pod that holds slices has the agent's grant (its
+// admission finished). It gives up after limit and says why.
+func (o *observer) settle(ctx context.Context, quiet, limit time.Duration) {
+	start := time.Now()
+	for ctx.Err() == nil {
+		o.mu.Lock()
+		idle, waiting := time.Since(o.last), o.ungranted()
+		o.mu.Unlock()
+		if idle >= quiet && waiting == 0 {
+			fmt.Printf("settled after %v (quiet for %v, every bound pod granted)\n", time.Since(start).Round(100*time.Millisecond), quiet)
+			return
+		}
+		if time.Since(start) > limit {
+			fmt.Printf("not settled after %v: last change %v ago, %d bound pods without a grant; checking anyway\n", limit, idle.Round(100*time.Millisecond), waiting)
+			return
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (o *observer) ungranted() int {
+	n := 0
+	for _, pods := range o.pods {
+		for _, p := range pods {
+			if _, ok := p.Annotations[protocol.AnnotationGrant]; !ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// report prints the peak and the first instants over capacity; the peak
+// counts as violations.
+func (o *observer) report() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fmt.Printf("observer: %d pod and node changes seen\n", o.events)
+	for _, s := range o.shown {
+		fmt.Printf("  VIOLATION over capacity at %s\n", s)
+	}
+	fmt.Printf("peak-oversubscribed %d\n", o.peak)
+	return o.peak
+}

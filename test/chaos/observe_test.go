@@ -1,0 +1,100 @@
+package main
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/qgpu-scheduler/qgpu/agent/nvml/fakespec"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/test/builders"
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+// placed is a general pod bound to node with one slice on card as its
+// assignment; grantCard ≥ 0 adds the agent's grant of that card.
+func placed(name, node string, gib, cores int64, card, grantCard int) *corev1.Pod {
+	p := builders.GPUPod(name).General("c", gib, cores).Obj()
+	p.UID = types.UID("uid-" + name)
+	p.Spec.NodeName = node
+	slice := func(i int) protocol.Assignment {
+		return protocol.Assignment{Version: protocol.AssignmentVersion, PodUID: string(p.UID), Node: node, Class: protocol.ClassGeneral,
+			Containers: []protocol.ContainerAssignment{{Name: "c", Slices: []protocol.Slice{{Index: i, UUID: fakespec.UUID(node, i), MemoryGiB: gib, Cores: cores}}}}}
+	}
+	a := slice(card)
+	p.Annotations[protocol.AnnotationAssignment], _ = a.Encode()
+	if grantCard >= 0 {
+		g := slice(grantCard)
+		p.Annotations[protocol.AnnotationGrant], _ = g.Encode()
+	}
+	return p
+}
+
+// The observer sees a card over capacity at the moment it happens, by
+// assignments or by grants, even when the pods are gone by the end; its
+// capacity is the node spec's, not the (rewritten) inventory.
+func TestObserverPeak(t *testing.T) {
+	type step struct {
+		old, obj *corev1.Pod
+		now      int // cards over capacity after the step
+	}
+	a := placed("a", "t4", 10, 30, 0, 0)
+	b := placed("b", "t4", 10, 30, 0, 0)        // 20 GiB on a 14 GiB card
+	c := placed("c", "t4", 10, 30, 1, 0)        // assigned card 1, granted card 0
+	c1 := placed("c", "t4", 10, 30, 1, 1)       // granted as assigned
+	d := placed("d", "t4", 4, 80, 1, 1)         // 110 cores with c1
+	other := placed("e", "other", 10, 30, 0, 0) // not a node of the run
+	done := b.DeepCopy()
+	done.Status.Phase = corev1.PodSucceeded
+	deleting := b.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{}
+	unbound := b.DeepCopy()
+	unbound.Spec.NodeName = ""
+	tests := []struct {
+		name  string
+		steps []step
+		peak  int
+	}{
+		{"fits", []step{{nil, a, 0}}, 0},
+		{"second pod over memory, deleted a moment later", []step{{nil, a, 0}, {nil, b, 1}, {b, nil, 0}}, 1},
+		{"a pod being deleted still holds", []step{{nil, a, 0}, {nil, deleting, 1}}, 1},
+		{"a terminal pod frees its slices", []step{{nil, a, 0}, {nil, b, 1}, {b, done, 0}}, 1},
+		{"a pod not bound holds nothing", []step{{nil, a, 0}, {nil, unbound, 0}}, 0},
+		{"grant on another card than assigned", []step{{nil, a, 0}, {nil, c, 1}, {c, c1, 0}}, 1},
+		{"cores over 100", []step{{nil, c1, 0}, {nil, d, 1}}, 1},
+		{"two cards at once", []step{{nil, a, 0}, {nil, b, 1}, {nil, c1, 1}, {nil, d, 2}, {b, nil, 1}}, 2},
+		{"pods of unknown nodes are not judged", []step{{nil, other, 0}}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, err := newObserver([]harness.NodeSpec{{Name: "t4", Cards: "2xT4"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range tt.steps {
+				var old, obj any
+				if s.old != nil {
+					old = s.old
+				}
+				if s.obj != nil {
+					obj = s.obj
+				}
+				o.podChanged(old, obj)
+				if o.now != s.now {
+					t.Fatalf("step %d: %d cards over capacity, want %d (%v)", i, o.now, s.now, o.shown)
+				}
+			}
+			if o.peak != tt.peak {
+				t.Errorf("peak %d, want %d", o.peak, tt.peak)
+			}
+		})
+	}
+}
+
+func TestObserverRefusesBadSpec(t *testing.T) {
+	if _, err := newObserver([]harness.NodeSpec{{Name: "n", Cards: "2xNoSuchCard"}}); err == nil {
+		t.Fatal("want an error for an unknown card model")
+	}
+}
