@@ -165,3 +165,44 @@ func drain(rec *record.FakeRecorder) []string {
 		}
 	}
 }
+
+// A pod that ended (Succeeded or Failed) keeps its object but holds no card:
+// its records are dropped like those of a deleted pod, and a running pod's
+// are kept.
+func TestOnceDropsTerminalPods(t *testing.T) {
+	for _, phase := range []v1.PodPhase{v1.PodSucceeded, v1.PodFailed} {
+		t.Run(string(phase), func(t *testing.T) {
+			s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			ended, aEnded := pod("ended", 4, 30, 0)
+			ended.Status.Phase = phase
+			running, aRunning := pod("running", 4, 30, 1)
+			grantBoth(t, s, ended, aEnded, "ended")
+			grantBoth(t, s, running, aRunning, "running")
+			client := fake.NewClientset(ended, running)
+			r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node), Recorder: record.NewFakeRecorder(32)}
+			res, err := r.Once(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Dropped != 2 {
+				t.Errorf("dropped %d records, want the ended pod's 2", res.Dropped)
+			}
+			grants, err := s.List()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, g := range grants {
+				if g.PodUID != string(running.UID) {
+					t.Errorf("record of %s kept: %+v", g.Name, g)
+				}
+			}
+			if len(grants) != 2 {
+				t.Errorf("%d records left, want the running pod's 2", len(grants))
+			}
+		})
+	}
+}

@@ -8,6 +8,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
@@ -60,6 +61,67 @@ func TestWatchRebuildsLedger(t *testing.T) {
 	waitFor(t, func() bool {
 		n, _ := p.ledger.CopyNode("n1", nil)
 		return n.Cards[0].UsedMemoryGiB == 0 && n.Cards[0].Pods() == 0
+	})
+}
+
+// The watch's other release paths: a pod that terminates frees its slices
+// while its object stays; an assignment made for another node than the one
+// the pod is bound to is not recorded; a deleted node leaves the ledger.
+func TestWatchReleasePaths(t *testing.T) {
+	slice := protocol.Slice{Index: 0, UUID: "GPU-Tesla-T4-00", MemoryGiB: 4, Cores: 40}
+	used := func(p *QGPU) int64 {
+		n, _ := p.ledger.CopyNode("n1", nil)
+		if len(n.Cards) == 0 {
+			return -1
+		}
+		return n.Cards[0].UsedMemoryGiB
+	}
+	start := func(t *testing.T, objs ...runtime.Object) (*QGPU, *fake.Clientset) {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		cs := fake.NewClientset(objs...)
+		factory := informers.NewSharedInformerFactory(cs, 0)
+		pl, err := New(ctx, nil, &fakeHandle{cs: cs, factory: factory})
+		if err != nil {
+			t.Fatal(err)
+		}
+		factory.Start(ctx.Done())
+		return pl.(*QGPU), cs
+	}
+	t.Run("terminal pod frees its slices", func(t *testing.T) {
+		pod := boundPod("done", "n1", "uid-done", slice)
+		p, cs := start(t, t4Node("n1", 1, false), pod)
+		waitFor(t, func() bool { return used(p) == 4 })
+		pod = pod.DeepCopy()
+		pod.Status.Phase = v1.PodSucceeded
+		if _, err := cs.CoreV1().Pods("default").UpdateStatus(context.Background(), pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return used(p) == 0 })
+		if _, ok := p.ledger.Holding("uid-done"); ok {
+			t.Error("the terminated pod still holds")
+		}
+	})
+	t.Run("assignment for another node is ignored", func(t *testing.T) {
+		moved := boundPod("moved", "n2", "uid-moved", slice) // assignment names n2
+		moved.Spec.NodeName = "n1"
+		good := boundPod("good", "n1", "uid-good", protocol.Slice{Index: 0, UUID: slice.UUID, MemoryGiB: 1, Cores: 1})
+		p, _ := start(t, t4Node("n1", 1, false), t4Node("n2", 1, false), moved, good)
+		waitFor(t, func() bool { return used(p) == 1 }) // good seen: the informer has synced
+		if h, ok := p.ledger.Holding("uid-moved"); ok {
+			t.Errorf("an assignment for n2 on a pod bound to n1 was recorded: %+v", h)
+		}
+	})
+	t.Run("deleted node leaves the ledger", func(t *testing.T) {
+		p, cs := start(t, t4Node("n1", 1, false))
+		waitFor(t, func() bool { return used(p) == 0 })
+		if err := cs.CoreV1().Nodes().Delete(context.Background(), "n1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool {
+			n, known := p.ledger.CopyNode("n1", nil)
+			return !known && len(n.Cards) == 0
+		})
 	})
 }
 

@@ -94,11 +94,10 @@ func checkInventory(t *testing.T, cs kubernetes.Interface, node string, cards in
 
 // runTwins creates two pods with identical requests that cannot share a T4
 // card (10 GiB each of 14), so each has its own card, and checks that each
-// container got the card of its own pod's assignment. If the kubelet admits
-// them out of creation order, the agent hands each the other's slice (its
-// Allocate cannot tell them apart, allocate/README.md): then the
-// reconciler must move the records, rewrite the grants to what the
-// containers really got and report QGPUGrantMismatch on both.
+// container got the card of its own pod's assignment: the agent asks the
+// kubelet which pods it has taken in (allocate/README.md), so a swap fails
+// the test. Should one happen, checkTwins has also checked the reconciler's
+// repair (records moved, grants rewritten, QGPUGrantMismatch on both).
 func runTwins(t *testing.T, cs kubernetes.Interface, node *harness.HollowNode) map[string]*protocol.Assignment {
 	names := []string{"twin-a", "twin-b"}
 	var pods []*corev1.Pod
@@ -118,8 +117,8 @@ func runTwins(t *testing.T, cs kubernetes.Interface, node *harness.HollowNode) m
 			t.Fatal(err)
 		}
 	}
-	if swapped := checkTwins(t, cs, node, names, out); swapped {
-		t.Log("the kubelet admitted the twins out of creation order: slices swapped, reported and deleted")
+	if checkTwins(t, cs, node, names, out) {
+		t.Errorf("the agent swapped the twins' slices (each container got the other pod's card): it asks the kubelet which pod it admits, so that must not happen")
 	}
 	return out
 }
