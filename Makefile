@@ -24,7 +24,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
 # make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
 IMAGE_REPO ?= ghcr.io/qgpu-scheduler
 
-.PHONY: all build version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests
+.PHONY: all build version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests mutants
 
 all: build
 
@@ -144,6 +144,14 @@ lint:
 # `violations <n>`. CHAOS_FLAGS="-pods 500 -run chaos-run-name" to narrow.
 chaos: build $(BIN)/qgpu-chaos
 	@$(BIN)/qgpu-chaos $(CHAOS_FLAGS)
+
+# mutants: each listed production line that guards a card's capacity (the
+# ledger, the agent's fail-safes, the watch's release paths, the checker,
+# the chaos observer) broken in turn through go's -overlay, the tests of its
+# packages run; every mutant must be killed (test/mutants, docs/checking.md).
+# The last line is `mutants N killed N survived 0`. MUTANTS_FLAGS="-only ledger" narrows.
+mutants:
+	@$(GO) run ./test/mutants $(MUTANTS_FLAGS)
 
 $(BIN)/qgpu-chaos: FORCE
 	$(GO) build -o $@ ./test/chaos

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -404,5 +405,30 @@ func TestNodeScoreNoHealthyCards(t *testing.T) {
 	cs := unhealthy(cards(1, 32), 0)
 	if s := NodeScore(cs, req(general, shared("c", 1, 1)), Binpack, nil); s != 0 {
 		t.Errorf("NodeScore = %d, want 0", s)
+	}
+}
+
+// Normalize ranks the nodes of the preferred tier (general pods on nodes
+// that are not mixed) above the others, and stretches only that tier.
+func TestNormalizeTiers(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		policy Policy
+		raw    []int64
+		want   []int64
+	}{
+		{"binpack, one mixed node", Binpack, []int64{Preferred + 10, Preferred + 50, 80}, []int64{0, 100, 0}},
+		{"fragpack, one mixed node", FragPack, []int64{Preferred + 10, Preferred + 50, 80}, []int64{60, 100, 0}},
+		{"only mixed nodes", Binpack, []int64{10, 50}, []int64{0, 100}},
+		{"fragpack, negative raw scores", FragPack, []int64{Preferred - 3000, Preferred - 2990, -5}, []int64{90, 100, 0}},
+		{"all preferred", Spread, []int64{Preferred + 20, Preferred + 20}, []int64{100, 100}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got := append([]int64(nil), tt.raw...)
+			Normalize(tt.policy, got)
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Normalize(%v) = %v, want %v", tt.raw, got, tt.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"math"
+	"slices"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -71,16 +72,31 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	if reason != "" {
 		return placed, 0, reason
 	}
+	var score int64
 	switch {
 	case frag && nodePolicy == FGD:
-		return placed, fgdScore(before, envFrag(cards, env, env.cpuLeftAfter())), ""
+		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
 	case frag:
-		return placed, fragPackRaw(before, envFrag(cards, env, env.cpuLeftAfter()), env.Rank), ""
+		score = fragPackRaw(before, envFrag(cards, env, env.cpuLeftAfter()), env.Rank)
 	case req.Class == protocol.ClassGeneral && (nodePolicy == BestFit || nodePolicy.fragAware()):
-		return placed, bestFitScore(cards, env), ""
+		score = bestFitScore(cards, env)
+	default:
+		score = NodeScore(cards, req, nodePolicy, placed[start:])
 	}
-	return placed, NodeScore(cards, req, nodePolicy, placed[start:]), ""
+	if req.Class == protocol.ClassGeneral && !mixed {
+		score += Preferred
+	}
+	return placed, score, ""
 }
+
+// Preferred lifts the raw score of a general pod on a node that is not
+// mixed above its score on any mixed node. A mixed node's cards are the only
+// ones online and offline pods can use; a general pod that takes one leaves
+// those classes less room while cards they cannot use stand free elsewhere.
+// So a general pod goes to a mixed node only when no other node fits: a
+// preference, not a filter. Normalize ranks the nodes of the lower tier
+// below every node of the top one; within a tier the policy decides.
+const Preferred = int64(1) << 40
 
 // bestFitScore is 100 less the share of the node left free after the pod,
 // cards and CPU weighed alike (CPU only when the env knows it).
@@ -135,12 +151,23 @@ func Normalize(policy Policy, scores []int64) {
 	if len(scores) == 0 {
 		return
 	}
-	lo, hi := scores[0], scores[0]
+	// With a node in the preferred tier (Preferred), only that tier is
+	// stretched, and the others score 0.
+	var shift int64
+	if slices.Max(scores) >= Preferred/2 {
+		shift = Preferred
+	}
+	lo, hi := int64(math.MaxInt64), int64(math.MinInt64)
 	for _, s := range scores {
-		lo, hi = min(lo, s), max(hi, s)
+		if s >= shift-Preferred/2 {
+			lo, hi = min(lo, s-shift), max(hi, s-shift)
+		}
 	}
 	for i, s := range scores {
+		s -= shift
 		switch {
+		case s < -Preferred/2:
+			scores[i] = 0 // a mixed node, while another node fits
 		case policy == FragPack:
 			scores[i] = max(0, MaxScore-(hi-s))
 		case hi == lo:

@@ -1,0 +1,92 @@
+package main
+
+// The packages whose tests judge the mutants.
+var (
+	view      = []string{"./internal/view"}
+	ledger    = []string{"./plugins/qgpu/ledger"}
+	plugin    = []string{"./plugins/qgpu"}
+	allocate  = []string{"./agent/allocate"}
+	reconcile = []string{"./agent/reconcile"}
+	observer  = []string{"./test/chaos"}
+)
+
+// mutants are the lines that keep a card from being oversubscribed, or let
+// the checks see it when it is: the ledger's capacity rules, the agent's
+// fail-safes, the scheduler's release paths, every invariant of the checker
+// (internal/view) and the chaos observer's view of a card. Each entry
+// breaks its line the way a plausible bug would.
+var mutants = []mutant{
+	// The ledger's capacity rules (plugins/qgpu/ledger/card.go, ledger.go).
+	{File: "plugins/qgpu/ledger/card.go", Old: "if !c.Healthy || memoryGiB > c.FreeMemoryGiB() {", New: "if !c.Healthy {", Pkgs: ledger, Why: "ledger: card memory"},
+	{File: "plugins/qgpu/ledger/card.go", Old: "if !c.Healthy || memoryGiB > c.FreeMemoryGiB() {", New: "if memoryGiB > c.FreeMemoryGiB() {", Pkgs: ledger, Why: "ledger: no new slice on an unhealthy card"},
+	{File: "plugins/qgpu/ledger/card.go", Old: "if newPod && c.Pods() >= c.MaxPods {", New: "if newPod && c.Pods() > c.MaxPods {", Pkgs: ledger, Why: "ledger: pods per card"},
+	{File: "plugins/qgpu/ledger/card.go", Old: "return c.Online+c.Offline == 0 && c.UsedCores+cores <= protocol.CoresPerCard", New: "return c.Online+c.Offline == 0", Pkgs: ledger, Why: "ledger: general cores ≤ 100"},
+	{File: "plugins/qgpu/ledger/card.go", Old: "return c.Online+c.Offline == 0 && c.UsedCores+cores <= protocol.CoresPerCard", New: "return c.UsedCores+cores <= protocol.CoresPerCard", Pkgs: ledger, Why: "ledger: general pods not on online/offline cards"},
+	{File: "plugins/qgpu/ledger/card.go", Old: "return c.General == 0 && c.UsedGreedy+cores <= protocol.CoresPerCard", New: "return c.General == 0", Pkgs: ledger, Why: "ledger: offline core-greedy ≤ 100"},
+	{File: "plugins/qgpu/ledger/card.go", Old: "\tcase protocol.ClassOnline:\n\t\treturn c.General == 0", New: "\tcase protocol.ClassOnline:\n\t\treturn true", Pkgs: ledger, Why: "ledger: online pods not on general cards"},
+	{File: "plugins/qgpu/ledger/card.go", Old: "if cards[i].Index == s.Index && cards[i].UUID == s.UUID {", New: "if cards[i].Index == s.Index {", Pkgs: ledger, Why: "ledger: a replaced card does not inherit holdings"},
+	{File: "plugins/qgpu/ledger/ledger.go", Old: "if !h.FitsOn(n.node.Cards) {", New: "if false {", Pkgs: ledger, Why: "ledger: Reserve re-checks the chosen slices"},
+	{File: "plugins/qgpu/ledger/ledger.go", Old: "return l.drop(uid, func(h *Holding) bool { return !h.Bound && h.Node == node })", New: "return l.drop(uid, func(h *Holding) bool { return h.Node == node })", Pkgs: ledger, Why: "ledger: Unreserve keeps a bound holding"},
+	{File: "plugins/qgpu/ledger/ledger.go", Old: "\tcase cur.Bound:\n\t\treturn false, true", New: "\tcase cur.Bound && false:\n\t\treturn false, true", Pkgs: ledger, Why: "ledger: Observe never replaces a bound holding"},
+	{File: "plugins/qgpu/ledger/ledger.go", Old: "\tif cur := l.holders[uid]; cur != nil {\n\t\tl.mu.Unlock()\n\t\treturn cur", New: "\tif cur := l.holders[uid]; cur != nil && false {\n\t\tl.mu.Unlock()\n\t\treturn cur", Pkgs: ledger, Why: "ledger: one holding per pod"},
+
+	// The scheduler's release paths (plugins/qgpu/watch.go).
+	{File: "plugins/qgpu/watch.go", Old: "\t\ts.release(klog.FromContext(ctx), pod)\n\t\treturn\n", New: "\t\treturn\n", Pkgs: plugin, Run: "TestWatch", Why: "watch: a terminal pod frees its slices"},
+	{File: "plugins/qgpu/watch.go", Old: "\t\t\t\ts.release(logger, pod)\n", New: "\t\t\t\t_ = logger\n", Pkgs: plugin, Run: "TestWatch", Why: "watch: a deleted pod frees its slices"},
+	{File: "plugins/qgpu/watch.go", Old: "\t\t\t\ts.ledger.RemoveNode(n.Name)\n", New: "\t\t\t\t_ = n\n", Pkgs: plugin, Run: "TestWatch", Why: "watch: a deleted node leaves the ledger"},
+	{File: "plugins/qgpu/watch.go", Old: "if types.UID(a.PodUID) != pod.UID || a.Node != pod.Spec.NodeName {", New: "if types.UID(a.PodUID) != pod.UID {", Pkgs: plugin, Run: "TestWatch", Why: "watch: assignment for the node the pod is bound to"},
+	{File: "plugins/qgpu/watch.go", Old: "if types.UID(a.PodUID) != pod.UID || a.Node != pod.Spec.NodeName {", New: "if types.UID(a.PodUID) == \"\" || a.Node != pod.Spec.NodeName {", Pkgs: plugin, Run: "TestWatch", Why: "watch: assignment made for this pod (UID)"},
+
+	// The agent's fail-safes (agent/allocate, agent/reconcile).
+	{File: "agent/allocate/allocator.go", Old: "return func(string, string, string) bool { return true }", New: "return func(string, string, string) bool { return false }", Pkgs: allocate, Why: "allocate: an unreadable store counts as granted"},
+	{File: "agent/allocate/capacity.go", Old: "if held[s.UUID]+want > capacity {", New: "if held[s.UUID]+want > capacity+1 {", Pkgs: allocate, Why: "allocate: last-line card capacity"},
+	{File: "agent/allocate/capacity.go", Old: "if o.Resource != g.Resource || o.Key() == g.Key() || !live[o.PodUID] {", New: "if o.Resource != g.Resource || o.Key() == g.Key() {", Pkgs: allocate, Why: "allocate: grants of terminated pods do not count"},
+	{File: "agent/allocate/capacity.go", Old: "\t\tif !ok {\n\t\t\treturn fmt.Errorf(\"%w: %s names card %d (%s), which this node does not have\"", New: "\t\tif !ok && false {\n\t\t\treturn fmt.Errorf(\"%w: %s names card %d (%s), which this node does not have\"", Pkgs: allocate, Why: "allocate: refuse a card the node lacks"},
+	{File: "agent/allocate/match.go", Old: "if a.PodUID != string(pod.UID) {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this pod"},
+	{File: "agent/allocate/match.go", Old: "if a.Node != node || pod.Spec.NodeName != node {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this node"},
+	{File: "agent/reconcile/reconcile.go", Old: "if p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {\n\t\t\tbyUID", New: "if true {\n\t\t\tbyUID", Pkgs: reconcile, Why: "reconcile: records of terminal pods dropped"},
+
+	// The chaos observer (test/chaos/observe.go).
+	{File: "test/chaos/observe.go", Old: "\tif p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {\n\t\treturn false", New: "\tif p.Status.Phase == corev1.PodSucceeded {\n\t\treturn false", Pkgs: observer, Why: "observer: failed pods hold nothing"},
+	{File: "test/chaos/observe.go", Old: "if v.Kind == \"Oversubscribed\" || v.Kind == \"OversubscribedGranted\" {", New: "if v.Kind == \"Oversubscribed\" {", Pkgs: observer, Why: "observer: over capacity by grants"},
+	{File: "test/chaos/observe.go", Old: "\to.peak = max(o.peak, o.now)", New: "\to.peak = max(o.peak, over)", Pkgs: observer, Why: "observer: peak over all nodes at one moment"},
+	{File: "test/chaos/observe.go", Old: "\t\tdelete(o.pods[before.Spec.NodeName], before.UID)\n", New: "", Pkgs: observer, Why: "observer: a deleted pod leaves its card"},
+
+	// The checker's invariants (internal/view).
+	{File: "internal/view/check.go", Old: "case c.UsedMemoryGiB > c.MemoryGiB:", New: "case false:", Pkgs: view, Why: "checker: card memory by assignments"},
+	{File: "internal/view/check.go", Old: "case c.UsedCores > protocol.CoresPerCard:", New: "case false:", Pkgs: view, Why: "checker: general cores ≤ 100"},
+	{File: "internal/view/check.go", Old: "case c.UsedGreedy > protocol.CoresPerCard:", New: "case false:", Pkgs: view, Why: "checker: offline core-greedy ≤ 100"},
+	{File: "internal/view/check.go", Old: "case c.Pods() > c.MaxPods:", New: "case false:", Pkgs: view, Why: "checker: pods per card"},
+	{File: "internal/view/check.go", Old: "case c.General > 0 && c.Online+c.Offline > 0:", New: "case false:", Pkgs: view, Why: "checker: classes not mixed on a card"},
+	{File: "internal/view/check.go", Old: "if d := cardProblem(card); d != \"\" {", New: "if d := cardProblem(card); false && d != \"\" {", Pkgs: view, Why: "checker: card problems by assignments reported"},
+	{File: "internal/view/check.go", Old: "for _, p := range c.Unassigned {", New: "for _, p := range c.Unassigned[:0] {", Pkgs: view, Why: "checker: bound pod without assignment"},
+	{File: "internal/view/check.go", Old: "if c.balanced(p.Node) {\n\t\t\tcontinue", New: "if true {\n\t\t\tcontinue", Pkgs: view, Why: "checker: grant differs from assignment"},
+	{File: "internal/view/check.go", Old: "out = append(out, c.checkUnknown()...)", New: "", Pkgs: view, Why: "checker: nodes of unknown capacity"},
+	{File: "internal/view/check.go", Old: "return append(out, c.checkPods()...)", New: "return out", Pkgs: view, Why: "checker: slices against the request"},
+	{File: "internal/view/check.go", Old: "return append(append([]Node(nil), c.Nodes...), c.Other...)", New: "return c.Nodes", Pkgs: view, Why: "checker: unlabelled/deleted nodes judged"},
+	{File: "internal/view/granted.go", Old: "if d := cardProblem(card); d != \"\" {", New: "if d := cardProblem(card); false && d != \"\" {", Pkgs: view, Why: "checker: card problems by grants reported"},
+	{File: "internal/view/granted.go", Old: "x.UsedMemoryGiB != y.UsedMemoryGiB ||", New: "false ||", Pkgs: view, Why: "checker: a swap only when card totals agree"},
+	{File: "internal/view/held.go", Old: "case !ok:", New: "case !ok && false:", Pkgs: view, Why: "checker: record of a gone pod is stale"},
+	{File: "internal/view/held.go", Old: "case p.Phase == v1.PodSucceeded || p.Phase == v1.PodFailed:", New: "case (p.Phase == v1.PodSucceeded || p.Phase == v1.PodFailed) && false:", Pkgs: view, Why: "checker: record of a terminal pod is stale"},
+	{File: "internal/view/held.go", Old: "case p.Node != h.Node:", New: "case false:", Pkgs: view, Why: "checker: record on another node is stale"},
+	{File: "internal/view/view.go", Old: "if p.Node != \"\" && !terminal {", New: "if p.Node != \"\" && (!terminal || true) {", Pkgs: view, Why: "checker: terminal pods hold nothing"},
+	{File: "internal/view/view.go", Old: "if p.Assignment == nil {\n\t\t\tc.Unassigned", New: "if false {\n\t\t\tc.Unassigned", Pkgs: view, Why: "checker: pods without assignment listed"},
+	{File: "internal/view/view.go", Old: "if types.UID(a.PodUID) != pod.UID || a.Node != pod.Spec.NodeName {", New: "if false {", Pkgs: view, Why: "checker: assignment made for this pod and node"},
+	{File: "internal/view/view.go", Old: "if f, ok := c.facts[name]; !ok || !f.labelled {", New: "if false {", Pkgs: view, Why: "checker: nodes not labelled are judged"},
+	{File: "internal/view/unknown.go", Old: "return ReasonNodeGone", New: "return \"\"", Pkgs: view, Why: "checker: deleted node reported"},
+	{File: "internal/view/unknown.go", Old: "return p.Node != \"\" && !terminal && p.Assignment != nil", New: "return p.Node != \"\" && (!terminal || true) && p.Assignment != nil", Pkgs: view, Why: "checker: terminal pods on unknown nodes"},
+	{File: "internal/view/unknown.go", Old: "\t\tc.ledger.SetNode(name, inv, reason, mixed)\n", New: "", Pkgs: view, Why: "checker: stand-in cards for unknown nodes"},
+	{File: "internal/view/unknown.go", Old: "out = append(out, Violation{\"NodeUnknown\"", New: "_ = append(out, Violation{\"NodeUnknown\"", Pkgs: view, Why: "checker: NodeUnknown reported"},
+	{File: "internal/view/rules.go", Old: "case !ok:", New: "case !ok && false:", Pkgs: view, Why: "checker: slice on a card not in the inventory"},
+	{File: "internal/view/rules.go", Old: "case r.what == \"assignment\" && p.req != nil && !p.req.MatchesModel(card.Model):", New: "case false:", Pkgs: view, Why: "checker: model filter"},
+	{File: "internal/view/rules.go", Old: "if p.Grant != nil && !sameSlices(p.Assignment, p.Grant) {", New: "if false {", Pkgs: view, Why: "checker: grant slices checked too"},
+	{File: "internal/view/rules.go", Old: "if c.unknown(p.Node) != \"\" {\n\t\t\t\tcontinue // NodeUnknown", New: "if false {\n\t\t\t\tcontinue // NodeUnknown", Pkgs: view, Why: "checker: UnknownCard only on known nodes"},
+	{File: "internal/view/rules.go", Old: "if req == nil {\n\t\treturn", New: "if false {\n\t\treturn", Pkgs: view, Why: "checker: pods with a bad request skipped"},
+	{File: "internal/view/rules.go", Old: "if a.Class != req.Class {", New: "if false {", Pkgs: view, Why: "checker: class as requested"},
+	{File: "internal/view/rules.go", Old: "if !ok {\n\t\t\tprobs", New: "if !ok && false {\n\t\t\tprobs", Pkgs: view, Why: "checker: container not in request"},
+	{File: "internal/view/rules.go", Old: "if len(ca.Slices) != rc.Cards {", New: "if false {", Pkgs: view, Why: "checker: number of cards as requested"},
+	{File: "internal/view/rules.go", Old: "if s.MemoryGiB != rc.PerCardMemoryGiB() || s.Cores != rc.PerCardCores() {", New: "if false {", Pkgs: view, Why: "checker: slice size as requested"},
+	{File: "internal/view/rules.go", Old: "if !held[rc.Name] {", New: "if false {", Pkgs: view, Why: "checker: every requesting container has slices"},
+	{File: "internal/view/rules.go", Old: "if p.Assignment.Class != protocol.ClassGeneral && !c.facts[p.Node].mixed {", New: "if false {", Pkgs: view, Why: "checker: online/offline only on mixed nodes (warning)"},
+	{File: "internal/view/rules.go", Old: "if card, ok := c.card(p.Node, s); ok && !card.Healthy {", New: "if false {", Pkgs: view, Why: "checker: pods on unhealthy cards (warning)"},
+}
