@@ -102,9 +102,13 @@ func checkHeader(head []byte) error {
 // container, the one place it records launches (recent_kernel) and honours
 // a block: an SM limit in (0, 100) on some card and the switch on.
 func (s Snapshot) CanThrottle() bool {
-	if s.UtilizationSwitch == 0 {
-		return false
-	}
+	return s.UtilizationSwitch != 0 && s.HasSMLimit()
+}
+
+// HasSMLimit reports whether some card of the container has an SM limit in
+// (0, 100): only then does the library run its rate limiter at all, so only
+// then can turning the switch on block the container's launches.
+func (s Snapshot) HasSMLimit() bool {
 	for _, l := range s.SMLimit {
 		if l > 0 && l < 100 {
 			return true
