@@ -49,7 +49,7 @@ func (a *agent) startPriority(ctx context.Context, nodeCfg *nodeconfig.Config, n
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	if err := a.startFakeActivity(ctx); err != nil {
+	if err := a.startFakeActivity(ctx, nodePods); err != nil {
 		klog.FromContext(ctx).Error(err, "Fake activity off")
 	}
 	ctrl, marks, err := a.newPriority(nodeCfg, nodePods)

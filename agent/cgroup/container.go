@@ -23,7 +23,7 @@ func (f *Freezer) ContainerDir(podDir, containerID string) (string, error) {
 	if i := strings.Index(id, "://"); i >= 0 {
 		id = id[i+3:]
 	}
-	if id == "" || strings.ContainsAny(id, "/.") {
+	if id == "" || strings.Contains(id, "/") || strings.Contains(id, "..") {
 		return "", fmt.Errorf("container ID %q: not a container ID", containerID)
 	}
 	entries, err := os.ReadDir(podDir)
