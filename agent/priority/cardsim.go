@@ -49,11 +49,13 @@ type CardResult struct {
 }
 
 type simProc struct {
-	pid     uint32
-	uid     string
-	queue   []time.Duration // remaining work of queued kernels, head running
-	blocked time.Time       // interception: launches wait until then
-	region  *hamiregion.File
+	pid      uint32
+	uid      string
+	queue    []time.Duration // remaining work of queued kernels, head running
+	blocked  time.Time       // interception: launches wait until then
+	region   *hamiregion.File
+	held     bool // frozen, or blocked in its region: read after every poll (only a poll changes it)
+	launched bool // online: a launch recorded in its region since the last poll
 }
 
 // Run simulates the card under a real controller in dir.
@@ -143,6 +145,9 @@ func (w *simWorld) run(ctx context.Context) error {
 		if !now.Before(nextPoll) {
 			before := w.obs.resumes
 			w.ctrl.tick(ctx, now)
+			if err := w.readHeld(); err != nil {
+				return err
+			}
 			if w.busy && w.obs.resumes > before {
 				w.res.ThawsWhileBusy += w.obs.resumes - before
 				w.res.Capped += w.cappedNow(now)
@@ -153,6 +158,22 @@ func (w *simWorld) run(ctx context.Context) error {
 	}
 	if w.total > 0 {
 		w.res.OfflineShare = float64(w.offlineWork) / float64(w.total)
+	}
+	return nil
+}
+
+// readHeld reads what the controller wrote: frozen cgroups, blocked regions.
+func (w *simWorld) readHeld() error {
+	for _, p := range w.procs {
+		p.launched = false // the controller consumed it
+		p.held = w.s.Frozen(p.uid)
+		if p.region != nil && !p.held {
+			snap, err := p.region.Read()
+			if err != nil {
+				return err
+			}
+			p.held = snap.RecentKernel < 0
+		}
 	}
 	return nil
 }
@@ -189,10 +210,13 @@ func (w *simWorld) launch(now time.Time) error {
 	for i, p := range w.procs {
 		if i == 0 {
 			if w.busy && len(p.queue) == 0 {
-				if p.region != nil {
+				// The library records every launch; between two polls only
+				// the first write changes the file.
+				if p.region != nil && !p.launched {
 					if _, err := p.region.Launch(); err != nil {
 						return err
 					}
+					p.launched = true
 				}
 				p.queue = append(p.queue, w.cs.OnlineKernel)
 			}
@@ -210,11 +234,8 @@ func (w *simWorld) launch(now time.Time) error {
 }
 
 func (w *simWorld) mayLaunch(p *simProc, now time.Time) bool {
-	if w.s.Frozen(p.uid) {
-		return false
-	}
 	if p.region == nil {
-		return true
+		return !p.held
 	}
 	if now.Before(p.blocked) {
 		return false // asleep in HAMi-core's blocked-launch loop
@@ -262,7 +283,7 @@ func (w *simWorld) measure(now time.Time) {
 		return
 	}
 	for _, p := range w.procs[1:] {
-		if len(p.queue) > 0 || w.mayRunLater(p) {
+		if len(p.queue) > 0 || !p.held {
 			if !w.busy {
 				w.suspendPending = false // the phase ended first: never suspended in it
 				w.res.Missed++
@@ -272,19 +293,6 @@ func (w *simWorld) measure(now time.Time) {
 	}
 	w.res.Suspend = append(w.res.Suspend, now.Sub(w.busyStart))
 	w.suspendPending = false
-}
-
-// mayRunLater: the pod is not held (neither frozen nor blocked in its region).
-func (w *simWorld) mayRunLater(p *simProc) bool {
-	if w.s.Frozen(p.uid) {
-		return false
-	}
-	if p.region != nil {
-		if snap, err := p.region.Read(); err == nil && snap.RecentKernel < 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // CardSimDefaults returns a CardSim for a named scenario.

@@ -64,10 +64,18 @@ func run(scenario string, duration, period, kernel time.Duration, queue int, act
 			return fmt.Errorf("%s: %w", mech, err)
 		}
 		fmt.Printf("%s thaws-while-busy %d suspend-p99 %s resume-p99 %s (busy phases %d, not suspended in time %d, capped %d; suspend p50 %s, resume p50 %s; offline share of the card %.1f%%)\n",
-			mech, r.ThawsWhileBusy, ms(priority.Percentile(r.Suspend, 0.99)), ms(priority.Percentile(r.Resume, 0.99)),
-			r.Episodes, r.Missed, r.Capped, ms(priority.Percentile(r.Suspend, 0.5)), ms(priority.Percentile(r.Resume, 0.5)), 100*r.OfflineShare)
+			mech, r.ThawsWhileBusy, p(r.Suspend, 0.99), p(r.Resume, 0.99),
+			r.Episodes, r.Missed, r.Capped, p(r.Suspend, 0.5), p(r.Resume, 0.5), 100*r.OfflineShare)
 	}
 	return nil
 }
 
 func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// p returns the q-quantile of ds, or "none" when nothing was measured.
+func p(ds []time.Duration, q float64) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	return ms(priority.Percentile(ds, q))
+}
