@@ -31,7 +31,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultPoll          = 10 * time.Millisecond
-	DefaultIdle          = 100 * time.Millisecond // seed 003's release delay
+	DefaultIdle          = 100 * time.Millisecond // the promised release delay (docs/priority.md)
 	DefaultGrantsEvery   = 500 * time.Millisecond
 	DefaultEventInterval = time.Minute
 	// DefaultSampleStale: NVML samples a process every 1/6 s to 1 s,

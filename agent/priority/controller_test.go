@@ -234,19 +234,24 @@ func TestDeletedWhileFrozen(t *testing.T) {
 			h.s.SetOnlineBusy(true)
 			h.until(h.frozen, time.Second, "busy online pod")
 			qos := "besteffort" // SimOffline1's
-			if err := h.s.Tree.KillPod(qos, SimOffline1); l.version == cgroup.V1 && err == nil {
-				t.Fatal("the fake v1 kubelet killed a frozen pod: the test cannot tell")
-			}
-			if l.version == cgroup.V2 {
-				return // v2 kills frozen tasks: deletion never hangs
-			}
 			h.s.MarkDeleting(SimOffline1)
-			h.until(func() bool { return !h.s.Frozen(SimOffline1) }, time.Second, "pod being deleted thawed")
-			if !h.s.Frozen(SimOffline2) {
-				t.Error("the other offline pod was thawed too")
+			if l.version == cgroup.V1 {
+				if err := h.s.Tree.KillPod(qos, SimOffline1); err == nil {
+					t.Fatal("the fake v1 kubelet killed a frozen pod: the test cannot tell")
+				}
+				h.until(func() bool { return !h.s.Frozen(SimOffline1) }, time.Second, "pod being deleted thawed")
+				if !h.s.Frozen(SimOffline2) {
+					t.Error("the other offline pod was thawed too")
+				}
+				h.run(2*time.Second, func() { // never frozen again, though the online pod is busy
+					if h.s.Frozen(SimOffline1) {
+						t.Fatal("a pod being deleted was frozen again")
+					}
+				})
 			}
+			// v2 kills frozen tasks; v1 only once thawed.
 			if err := h.s.Tree.KillPod(qos, SimOffline1); err != nil {
-				t.Fatalf("kill after the thaw: %v", err)
+				t.Fatalf("kill: %v", err)
 			}
 			h.s.DropPod(SimOffline1)
 			h.run(time.Second, nil) // the vanished cgroup and grant are forgotten without error
