@@ -37,7 +37,7 @@ func (k Kubelet) Validate() error {
 		return fmt.Errorf("kubelet cgroup root %q: must be absolute", k.CgroupRoot)
 	}
 	if strings.Contains(k.CgroupRoot, "..") {
-		return fmt.Errorf("kubelet cgroup root %q: must not contain ..", k.CgroupRoot)
+		return fmt.Errorf("kubelet cgroup root %q: must not contain \"..\"", k.CgroupRoot)
 	}
 	return nil
 }

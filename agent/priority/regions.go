@@ -145,16 +145,6 @@ func (c *Controller) block(p *offline, on bool) error {
 	return errors.Join(errs...)
 }
 
-// blocked reports whether all of p's regions read blocked.
-func (c *Controller) blocked(p *offline) bool {
-	for _, r := range p.regions {
-		if s, err := r.f.Read(); err != nil || s.RecentKernel != hamiregion.RecentKernelBlocked {
-			return false
-		}
-	}
-	return len(p.regions) > 0
-}
-
 func closeRegions(files []*regionFile) {
 	for _, r := range files {
 		r.f.Close()
