@@ -57,6 +57,14 @@ type Config struct {
 	PriorityPoll, PriorityIdle time.Duration // 0: the controller's defaults
 	CgroupRoot                 string
 	ProcRoot                   string // "" is /proc
+	// KubeletCgroupRoot and KubeletCgroupDriver say where the kubelet puts
+	// pod cgroups (its --cgroup-root, --cgroup-driver); KubeletConfig, if
+	// set, is read for both instead (agent/cgroup).
+	KubeletCgroupRoot, KubeletCgroupDriver, KubeletConfig string
+	// HAMiRegionRoot is the host directory of HAMi-core's per-container
+	// shared regions (<pod UID>_<container>/*.cache); "" leaves suspension
+	// to the freezer (agent/priority, agent/hamiregion).
+	HAMiRegionRoot string
 	// FakeActivityFile, with fake cards only (NVML is an *nvml.Fake),
 	// simulates the granted pods' processes and cgroups under CgroupRoot
 	// and ProcRoot, busy or idle as the file says (agent/fakeactivity).

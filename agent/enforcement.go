@@ -49,10 +49,10 @@ func (a *agent) startPriority(ctx context.Context, nodeCfg *nodeconfig.Config, n
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	if err := a.startFakeActivity(ctx); err != nil {
+	if err := a.startFakeActivity(ctx, nodePods); err != nil {
 		klog.FromContext(ctx).Error(err, "Fake activity off")
 	}
-	ctrl, marks, err := a.newPriority(nodeCfg)
+	ctrl, marks, err := a.newPriority(nodeCfg, nodePods)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Priority controller off: online pods will not preempt offline ones")
 		return cancel
@@ -79,11 +79,21 @@ type cachedPods interface {
 	Cached() ([]*v1.Pod, error)
 }
 
-func (a *agent) newPriority(nodeCfg *nodeconfig.Config) (*priority.Controller, *suspensionWriter, error) {
+func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*priority.Controller, *suspensionWriter, error) {
 	freezer, err := cgroup.Detect(a.cfg.CgroupRoot)
 	if err != nil {
 		return nil, nil, err
 	}
+	kubelet := cgroup.Kubelet{CgroupRoot: a.cfg.KubeletCgroupRoot, Driver: a.cfg.KubeletCgroupDriver}
+	if a.cfg.KubeletConfig != "" {
+		if kubelet, err = cgroup.ReadKubeletConfig(a.cfg.KubeletConfig); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := kubelet.Validate(); err != nil {
+		return nil, nil, err
+	}
+	freezer.Kubelet = kubelet
 	devices, err := priority.DevicesByUUID(a.cfg.NVML)
 	if err != nil {
 		return nil, nil, fmt.Errorf("listing NVML devices: %w", err)
@@ -98,6 +108,7 @@ func (a *agent) newPriority(nodeCfg *nodeconfig.Config) (*priority.Controller, *
 		Policy:  func() protocol.Policy { _, p, _ := nodeCfg.Current(); return p },
 		Devices: devices, Freezer: freezer, Procs: cgroup.Procs{Root: filepath.Clean(procRoot)},
 		Recorder: a.recorder, Observer: a.metrics.Priority, Reporter: marks,
+		Pods: nodePods.Cached, ProcRoot: filepath.Clean(procRoot), RegionRoot: a.cfg.HAMiRegionRoot,
 	})
 	return ctrl, marks, err
 }

@@ -30,7 +30,9 @@ func TestRunPriorityController(t *testing.T) {
 		t.Fatal(err)
 	}
 	const online, offline = "aaaaaaaa-0000-0000-0000-000000000001", "bbbbbbbb-0000-0000-0000-000000000002"
-	offDir, _ := tree.AddPod("besteffort", offline)
+	offPodDir, _ := tree.AddPod("besteffort", offline)
+	offDir, _ := tree.AddContainer("besteffort", offline, "0ff1ce")   // its GPU container
+	sideDir, _ := tree.AddContainer("besteffort", offline, "5idecar") // a sidecar without a grant
 	tree.AddPod("burstable", online)
 	tree.AddProc(100, "burstable", online)
 	cards, _ := nvml.ParseFakeSpec("1xT4")
@@ -56,6 +58,11 @@ func TestRunPriorityController(t *testing.T) {
 
 	fakeNVML.SetProcess(0, 100, 80)
 	poll(t, "offline pod frozen", frozen)
+	for _, dir := range []string{offPodDir, sideDir} {
+		if f, _ := freezer.Frozen(dir); f {
+			t.Errorf("%s frozen: only the GPU container may be", dir)
+		}
+	}
 	body := get(t, "http://"+addr.String()+"/metrics")
 	for _, want := range []string{
 		`qgpu_priority_suspensions_total{card="0",reason="online-busy",uuid="` + fakeNVML.UUID(0) + `"} 1`,
@@ -77,8 +84,9 @@ func TestRunPriorityController(t *testing.T) {
 // runningPod is a pod of the node, so that the reconciler keeps its grants.
 func runningPod(name, uid string) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID(uid)},
-		Spec:   v1.PodSpec{NodeName: "n1", Containers: []v1.Container{{Name: "c"}}},
-		Status: v1.PodStatus{Phase: v1.PodRunning}}
+		Spec: v1.PodSpec{NodeName: "n1", Containers: []v1.Container{{Name: "c"}, {Name: "sidecar"}}},
+		Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{
+			{Name: "c", ContainerID: "containerd://0ff1ce"}, {Name: "sidecar", ContainerID: "containerd://5idecar"}}}}
 }
 
 func putGrants(t *testing.T, db, uuid, online, offline string) {

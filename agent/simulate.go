@@ -13,7 +13,7 @@ import (
 // --fake-activity-file (fake cards only; Validate checked), until ctx ends.
 // It creates the fake cgroup tree before returning, so that the priority
 // controller finds its freezer.
-func (a *agent) startFakeActivity(ctx context.Context) error {
+func (a *agent) startFakeActivity(ctx context.Context, nodePods cachedPods) error {
 	if a.cfg.FakeActivityFile == "" {
 		return nil
 	}
@@ -22,6 +22,7 @@ func (a *agent) startFakeActivity(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	sim.Pods = nodePods.Cached
 	if err := sim.Sync(klog.FromContext(ctx)); err != nil {
 		klog.FromContext(ctx).Error(err, "Fake activity: first sync")
 	}

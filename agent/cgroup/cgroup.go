@@ -41,6 +41,8 @@ type Freezer struct {
 	// hierarchy is Root/freezer.
 	Root    string
 	Version Version
+	// Kubelet says where pod cgroups are (zero: the default root, both drivers).
+	Kubelet Kubelet
 }
 
 // Detect returns a Freezer for root: v2 when root/cgroup.controllers exists
@@ -64,29 +66,15 @@ func (f *Freezer) hierarchy() string {
 	return f.Root
 }
 
-// PodDirCandidates lists, relative to the hierarchy, where the kubelet puts a
-// pod's cgroup: systemd driver first, then cgroupfs, for each QoS class.
-func PodDirCandidates(uid string) []string {
-	underscored := strings.ReplaceAll(uid, "-", "_")
-	var out []string
-	for _, qos := range qosClasses {
-		if qos == "" {
-			out = append(out, filepath.Join("kubepods.slice", "kubepods-pod"+underscored+".slice"))
-			continue
-		}
-		out = append(out, filepath.Join("kubepods.slice", "kubepods-"+qos+".slice",
-			"kubepods-"+qos+"-pod"+underscored+".slice"))
-	}
-	for _, qos := range qosClasses {
-		out = append(out, filepath.Join("kubepods", qos, "pod"+uid))
-	}
-	return out
-}
+// PodDirCandidates lists, relative to the hierarchy, where a kubelet with
+// the default cgroup root puts a pod's cgroup: systemd driver first, then
+// cgroupfs, for each QoS class.
+func PodDirCandidates(uid string) []string { return Kubelet{}.PodDirCandidates(uid) }
 
 // PodDir returns the absolute cgroup directory of the pod with uid.
 func (f *Freezer) PodDir(uid string) (string, error) {
 	base := f.hierarchy()
-	for _, rel := range PodDirCandidates(uid) {
+	for _, rel := range f.Kubelet.PodDirCandidates(uid) {
 		dir := filepath.Join(base, rel)
 		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
 			return dir, nil

@@ -1,11 +1,11 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 )
 
 // FakeTree builds a directory tree that mimics a cgroup mount and /proc, so
@@ -17,6 +17,8 @@ type FakeTree struct {
 	ProcRoot   string
 	Version    Version
 	Systemd    bool
+	// Kubelet's CgroupRoot is honoured (its Driver is Systemd's).
+	Kubelet Kubelet
 }
 
 // NewFakeTree creates the roots under dir: dir/cgroup and dir/proc.
@@ -43,14 +45,10 @@ func NewFakeTreeAt(cgroupRoot, procRoot string, v Version, systemd bool) (*FakeT
 // relPodDir is the pod's directory relative to the hierarchy, as the kubelet
 // of this tree's driver would name it.
 func (t *FakeTree) relPodDir(qos, uid string) string {
-	for _, rel := range PodDirCandidates(uid) {
-		systemd := strings.HasPrefix(rel, "kubepods.slice")
-		depth := strings.Count(rel, string(filepath.Separator))
-		if systemd == t.Systemd && (qos == "") == (depth == 1) && strings.Contains(rel, qos) {
-			return rel
-		}
+	if qos != "" && qos != "burstable" && qos != "besteffort" {
+		panic(fmt.Sprintf("no layout for qos %q", qos))
 	}
-	panic(fmt.Sprintf("no layout for qos %q", qos))
+	return t.Kubelet.podPath(qos, uid, t.Systemd)
 }
 
 func (t *FakeTree) hierarchy() string {
@@ -63,7 +61,20 @@ func (t *FakeTree) hierarchy() string {
 // AddPod creates the pod's cgroup directory (thawed) and returns it. qos is
 // "" (Guaranteed), "burstable" or "besteffort".
 func (t *FakeTree) AddPod(qos, uid string) (string, error) {
-	dir := t.PodDir(qos, uid)
+	return t.mkCgroup(t.PodDir(qos, uid))
+}
+
+// AddContainer creates a container's cgroup under its pod's (thawed), named
+// as containerd names it for the tree's driver, and returns it.
+func (t *FakeTree) AddContainer(qos, uid, containerID string) (string, error) {
+	name := containerID
+	if t.Systemd {
+		name = "cri-containerd-" + containerID + ".scope"
+	}
+	return t.mkCgroup(filepath.Join(t.PodDir(qos, uid), name))
+}
+
+func (t *FakeTree) mkCgroup(dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
@@ -72,6 +83,29 @@ func (t *FakeTree) AddPod(qos, uid string) (string, error) {
 		file, value = "freezer.state", "THAWED"
 	}
 	return dir, os.WriteFile(filepath.Join(dir, file), []byte(value+"\n"), 0o644)
+}
+
+// ErrFrozenTasks is KillPod's answer on cgroup v1 while a cgroup of the pod
+// is frozen: there a SIGKILL is not delivered until the task is thawed, so
+// the kubelet's kill (and the pod's deletion) would hang.
+var ErrFrozenTasks = errors.New("v1 freezer: frozen tasks cannot be killed until thawed")
+
+// KillPod is the kubelet killing the pod's containers and removing its
+// cgroup. On v2 a fatal signal reaches frozen tasks, so it always completes;
+// on v1 it fails with ErrFrozenTasks while anything under the pod is frozen.
+func (t *FakeTree) KillPod(qos, uid string) error {
+	dir := t.PodDir(qos, uid)
+	if t.Version == V1 {
+		f := &Freezer{Root: t.CgroupRoot, Version: V1}
+		frozen, err := f.FrozenUnder(dir)
+		if err != nil {
+			return err
+		}
+		if len(frozen) > 0 {
+			return fmt.Errorf("%w: %v", ErrFrozenTasks, frozen)
+		}
+	}
+	return os.RemoveAll(dir)
 }
 
 // PodDir is where AddPod puts the pod's directory.

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
@@ -30,7 +31,11 @@ type Node struct {
 	Tree   *cgroup.FakeTree
 	File   string
 	Grants func() ([]store.Grant, error)
-	Every  time.Duration
+	// Pods, if set, lists the node's pods: every granted container that has
+	// a container ID in its pod's status gets a container cgroup under its
+	// pod's, named as containerd names it (the controller freezes those).
+	Pods  func() ([]*v1.Pod, error)
+	Every time.Duration
 
 	procs    map[proc]string   // fake processes → namespace/pod
 	activity map[string]uint32 // namespace/pod → SM %
@@ -135,7 +140,52 @@ func (n *Node) Sync(logger klog.Logger) error {
 			delete(n.procs, p)
 		}
 	}
+	errs = append(errs, n.addContainers(grants))
 	return errors.Join(append(errs, errFile)...)
+}
+
+// addContainers creates the cgroups of the granted containers that have
+// an ID, under pod cgroups that exist (unless there already: a restarted
+// agent must find a container its predecessor froze still frozen).
+func (n *Node) addContainers(grants []store.Grant) error {
+	if n.Pods == nil {
+		return nil
+	}
+	pods, err := n.Pods()
+	if err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	byUID := map[string]*v1.Pod{}
+	for _, p := range pods {
+		byUID[string(p.UID)] = p
+	}
+	var errs []error
+	for _, g := range grants {
+		pod := byUID[g.PodUID]
+		if pod == nil {
+			continue
+		}
+		podDir := n.Tree.PodDir(qos, g.PodUID)
+		if _, err := os.Stat(podDir); err != nil {
+			continue
+		}
+		for _, st := range pod.Status.ContainerStatuses {
+			id := st.ContainerID
+			if i := strings.Index(id, "://"); i >= 0 {
+				id = id[i+3:]
+			}
+			if st.Name != g.Container || id == "" || strings.Contains(id, "/") {
+				continue
+			}
+			if _, err := os.Stat(filepath.Join(podDir, "cri-containerd-"+id+".scope")); err == nil {
+				continue
+			}
+			if _, err := n.Tree.AddContainer(qos, g.PodUID, id); err != nil {
+				errs = append(errs, fmt.Errorf("fake cgroup of container %s/%s: %w", g.PodUID, g.Container, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // add creates the pod's cgroup (unless it exists: a restarted agent must

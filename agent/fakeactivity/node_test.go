@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
@@ -22,7 +24,7 @@ func TestSync(t *testing.T) {
 	fake := nvml.NewFake(cards, "n", "")
 	grants := []store.Grant{
 		{PodUID: online, Namespace: "default", Name: "on", Class: protocol.ClassOnline, Slices: []protocol.Slice{{Index: 0}}},
-		{PodUID: offline, Namespace: "default", Name: "off", Class: protocol.ClassOffline, Slices: []protocol.Slice{{Index: 0}}},
+		{PodUID: offline, Namespace: "default", Name: "off", Container: "c", Class: protocol.ClassOffline, Slices: []protocol.Slice{{Index: 0}}},
 	}
 	file := filepath.Join(dir, "activity")
 	n, err := New(fake, filepath.Join(dir, "cgroup"), filepath.Join(dir, "proc"), file,
@@ -30,6 +32,10 @@ func TestSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The offline pod's GPU container "c" runs; its sidecar has no grant.
+	offPod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: offline}, Status: v1.PodStatus{ContainerStatuses: []v1.ContainerStatus{
+		{Name: "c", ContainerID: "containerd://0ff1ce"}, {Name: "sidecar", ContainerID: "containerd://5ide"}}}}
+	n.Pods = func() ([]*v1.Pod, error) { return []*v1.Pod{offPod}, nil }
 	sync := func() {
 		t.Helper()
 		if err := n.Sync(klog.Background()); err != nil {
@@ -42,9 +48,16 @@ func TestSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	offDir, err := f.PodDir(offline)
+	offPodDir, err := f.PodDir(offline)
 	if err != nil {
 		t.Fatal(err)
+	}
+	offDir, err := f.ContainerDir(offPodDir, "containerd://0ff1ce")
+	if err != nil {
+		t.Fatalf("the granted container's cgroup: %v", err)
+	}
+	if _, err := f.ContainerDir(offPodDir, "containerd://5ide"); err == nil {
+		t.Error("a cgroup was made for the sidecar, which holds no grant")
 	}
 	if uid, err := (cgroup.Procs{Root: n.Tree.ProcRoot}).PodUID(PID(online, 0)); err != nil || uid != online {
 		t.Fatalf("PodUID = %q, %v", uid, err)
@@ -63,13 +76,14 @@ func TestSync(t *testing.T) {
 	// A frozen pod stays frozen across an agent restart (a new Node).
 	f.Freeze(offDir)
 	n2, _ := New(fake, n.Tree.CgroupRoot, n.Tree.ProcRoot, file, n.Grants)
+	n2.Pods = n.Pods
 	n2.Sync(klog.Background())
 	if frozen, _ := f.Frozen(offDir); !frozen {
 		t.Error("a new Node thawed a frozen pod")
 	}
 	grants = grants[:1] // the offline pod is deleted
 	sync()
-	if _, err := os.Stat(offDir); !os.IsNotExist(err) {
+	if _, err := os.Stat(offPodDir); !os.IsNotExist(err) {
 		t.Errorf("offline cgroup still there: %v", err)
 	}
 	if got := util(t, fake, PID(offline, 0)); got != 255 {

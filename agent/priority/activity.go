@@ -2,34 +2,149 @@ package priority
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
-// onlineBusy reports whether a process of one of the card's online pods has
-// had SM utilisation above BusyUtil in an NVML sample newer than the last
-// poll's. No new sample at all (ERROR_NOT_FOUND) is idle.
-func (c *Controller) onlineBusy(cd *card) (bool, error) {
+// ActivityModel says how NVML's per-process samples become "the online
+// pods of a card are busy".
+type ActivityModel int
+
+const (
+	// ActivitySamples (the default) knows NVML's sample period: a process
+	// is busy from a busy sample until a later sample of it says idle (the
+	// idle window starts at the last busy sample's own timestamp: the idle
+	// sample covers the time since), or until no sample of it came for
+	// SampleStale (it stopped; idle from its last busy sample). Between
+	// samples nothing changes, so nothing flaps.
+	ActivitySamples ActivityModel = iota
+	// ActivityPerPoll is the model before issue 17, kept only so that the
+	// simulator and a test can show what it did: busy when this poll got a
+	// new busy sample, idle when it got none, so a continuously busy online
+	// pod looks idle between NVML's samples and its offline pods thaw and
+	// refreeze every sample period.
+	ActivityPerPoll
+)
+
+func (m ActivityModel) String() string {
+	if m == ActivityPerPoll {
+		return "per-poll"
+	}
+	return "samples"
+}
+
+// activity is what a card's online pods are doing: busy now, or idle since
+// idleFrom (zero: never seen busy).
+type activity struct {
+	busy     bool
+	idleFrom time.Time
+}
+
+// preempting reports whether the offline pods must stay suspended at now.
+func (a activity) preempting(now time.Time, idle time.Duration) bool {
+	return a.busy || (!a.idleFrom.IsZero() && now.Sub(a.idleFrom) < idle)
+}
+
+// procSample is the latest NVML sample of one online process.
+type procSample struct {
+	at       time.Time
+	busy     bool
+	idleFrom time.Time // when it was last known busy
+}
+
+// nvmlActivity reads a card's online activity from NVML.
+type nvmlActivity struct {
+	lastSeen uint64 // newest sample timestamp seen (µs), NVML's lastSeenTimeStamp
+	procs    map[uint32]*procSample
+	// per-poll model only
+	pollBusy     bool
+	pollIdleFrom time.Time
+}
+
+// onlineActivity reads the card's NVML samples newer than the last seen.
+func (c *Controller) onlineActivity(cd *card, now time.Time) (activity, error) {
 	dev, ok := c.cfg.Devices[cd.id.UUID]
 	if !ok {
-		return false, fmt.Errorf("card %s: no NVML device", cd.id.UUID)
+		return activity{}, fmt.Errorf("card %s: no NVML device", cd.id.UUID)
 	}
-	samples, ret := dev.GetProcessUtilization(cd.lastSample)
+	a := &cd.nvml
+	if a.procs == nil {
+		a.procs = map[uint32]*procSample{}
+	}
+	samples, ret := dev.GetProcessUtilization(a.lastSeen)
 	switch ret {
-	case nvml.SUCCESS:
-	case nvml.ERROR_NOT_FOUND:
-		return false, nil
+	case nvml.SUCCESS, nvml.ERROR_NOT_FOUND: // NOT_FOUND: no sample newer than lastSeen
 	default:
-		return false, fmt.Errorf("card %s: process utilization: %s", cd.id.UUID, ret.Error())
+		return activity{}, fmt.Errorf("card %s: process utilization: %s", cd.id.UUID, ret.Error())
 	}
-	busy := false
+	newBusy := false
 	for _, s := range samples {
-		cd.lastSample = max(cd.lastSample, s.TimeStamp)
-		if !busy && s.SmUtil > c.cfg.BusyUtil && cd.online[c.podOf(s.Pid)] {
-			busy = true
+		a.lastSeen = max(a.lastSeen, s.TimeStamp)
+		if !cd.online[c.podOf(s.Pid)] {
+			continue
+		}
+		busy := s.SmUtil > c.cfg.BusyUtil
+		newBusy = newBusy || busy
+		at := time.UnixMicro(int64(s.TimeStamp))
+		p := a.procs[s.Pid]
+		if p == nil {
+			p = &procSample{}
+			a.procs[s.Pid] = p
+		}
+		if at.Before(p.at) {
+			continue // an older sample than one already seen
+		}
+		if p.busy && !busy {
+			// A sample covers the period up to its timestamp: this one says
+			// nothing ran since the previous (busy) one, so the process was
+			// last busy at that sample's own timestamp.
+			p.idleFrom = p.at
+		}
+		p.at, p.busy = at, busy
+	}
+	if c.cfg.Activity == ActivityPerPoll {
+		return a.perPoll(newBusy, now), nil
+	}
+	return a.fromSamples(now, c.cfg.SampleStale), nil
+}
+
+// fromSamples: busy while some online process's latest sample is busy and
+// not stale; otherwise idle from the latest moment any was known busy.
+func (a *nvmlActivity) fromSamples(now time.Time, stale time.Duration) activity {
+	var out activity
+	for pid, p := range a.procs {
+		if p.busy && now.Sub(p.at) > stale {
+			// No sample for longer than NVML's period: the process stopped
+			// (or exited) some time after its last busy sample.
+			p.busy, p.idleFrom = false, p.at
+		}
+		if p.busy {
+			out.busy = true
+		}
+		if p.idleFrom.After(out.idleFrom) {
+			out.idleFrom = p.idleFrom
+		}
+		if !p.busy && now.Sub(p.at) > 2*stale && now.Sub(p.idleFrom) > 2*stale {
+			delete(a.procs, pid) // long gone: keep the map bounded
 		}
 	}
-	return busy, nil
+	if out.busy {
+		out.idleFrom = time.Time{}
+	}
+	return out
+}
+
+// perPoll is ActivityPerPoll: the idle window starts at the first poll
+// without a new busy sample.
+func (a *nvmlActivity) perPoll(newBusy bool, now time.Time) activity {
+	switch {
+	case newBusy:
+		a.pollBusy, a.pollIdleFrom = true, time.Time{}
+	case a.pollBusy:
+		a.pollBusy, a.pollIdleFrom = false, now
+	}
+	return activity{busy: a.pollBusy, idleFrom: a.pollIdleFrom}
 }
 
 // podOf maps a PID to its pod UID through its cgroup, cached until the next

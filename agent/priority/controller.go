@@ -1,10 +1,15 @@
-// Package priority is the agent's online/offline controller (DESIGN §6, seed
-// 003): per card, while any online pod's process is busy on the GPU, the
-// card's offline pods are frozen (cgroup freezer); they are thawed once the
-// online pods have been idle for Config.Idle. Under the fixed-share policy the
-// offline pods of a card also take turns in proportion to their
-// qgpu-core-greedy. General pods are never touched. See README.md for what
-// this guarantees, and what it cannot, compared with seed 003's driver.
+// Package priority is the agent's online/offline controller: per card,
+// while any online pod is busy on the GPU, the card's offline pods are
+// suspended, and they resume once the online pods have been idle for
+// Config.Idle. Two mechanisms suspend: HAMi-core's interception layer
+// (the offline containers' kernel launches are held back through their
+// shared regions, agent/hamiregion) where every GPU container of the pod
+// has a region the controller knows, else the cgroup freezer on the pod's
+// GPU containers only. Activity comes from the online containers' regions
+// (launches) where they record them, else from NVML's per-process samples.
+// Under the fixed-share policy the offline pods of a card also take turns
+// in proportion to their qgpu-core-greedy. General pods are never touched.
+// docs/priority.md says what this guarantees and what was only simulated.
 package priority
 
 import (
@@ -14,6 +19,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -25,9 +31,13 @@ import (
 // Defaults of Config.
 const (
 	DefaultPoll          = 10 * time.Millisecond
-	DefaultIdle          = 100 * time.Millisecond // seed 003's release delay
+	DefaultIdle          = 100 * time.Millisecond // the promised release delay (docs/priority.md)
 	DefaultGrantsEvery   = 500 * time.Millisecond
 	DefaultEventInterval = time.Minute
+	// DefaultSampleStale: NVML samples a process every 1/6 s to 1 s,
+	// depending on the card; a busy process with no sample for longer has
+	// stopped. Half a second of margin over the longest period.
+	DefaultSampleStale = 1500 * time.Millisecond
 )
 
 // Reasons a pod is frozen, as metrics label them.
@@ -61,6 +71,23 @@ type Config struct {
 	// Reporter learns when an offline pod is suspended for a busy online
 	// pod and when it resumes (nil: nobody); the agent shows it on the pod.
 	Reporter PodReporter
+	// Pods lists the node's pods (read with every grants refresh): the
+	// offline containers' IDs (only those are frozen), deletion timestamps
+	// (such pods are released and never suspended again) and liveness
+	// probes (the freeze cap). nil: no pod is known, so the freezer freezes
+	// nothing (interception still works).
+	Pods func() ([]*v1.Pod, error)
+	// MaxFreeze caps a single freeze (DefaultMaxFreeze; probes may lower it).
+	MaxFreeze time.Duration
+	// SampleStale: how long a busy process's last NVML sample stands.
+	SampleStale time.Duration
+	// Activity is the NVML activity model (ActivitySamples).
+	Activity ActivityModel
+	// RegionRoot is the host directory of HAMi-core's per-container
+	// regions (<pod UID>_<container>/*.cache); "" turns interception off.
+	RegionRoot string
+	// ProcRoot is the host's /proc, to tell live region processes from dead ones.
+	ProcRoot string
 }
 
 // PodReporter is told, on every change, whether an offline pod is frozen
@@ -87,6 +114,15 @@ func (c *Config) defaults() error {
 	if c.GrantsEvery <= 0 {
 		c.GrantsEvery = DefaultGrantsEvery
 	}
+	if c.MaxFreeze <= 0 {
+		c.MaxFreeze = DefaultMaxFreeze
+	}
+	if c.SampleStale <= 0 {
+		c.SampleStale = DefaultSampleStale
+	}
+	if c.ProcRoot == "" {
+		c.ProcRoot = "/proc"
+	}
 	if c.EventInterval <= 0 {
 		c.EventInterval = DefaultEventInterval
 	}
@@ -104,12 +140,14 @@ func (c *Config) defaults() error {
 
 // Controller runs the per-card loop. Create with New, run with Run.
 type Controller struct {
-	cfg        Config
-	cards      map[string]*card       // by UUID
-	pods       map[string]*offline    // offline pods by UID
-	pidPods    map[uint32]string      // PID → pod UID cache, cleared with every grants refresh
-	events     map[string]*eventTally // by pod UID
-	lastGrants time.Time
+	cfg           Config
+	cards         map[string]*card         // by UUID
+	pods          map[string]*offline      // offline pods by UID
+	onlineRegions map[string][]*regionFile // online pods' regions by UID
+	pidPods       map[uint32]string        // PID → pod UID cache, cleared with every grants refresh
+	events        map[string]*eventTally   // by pod UID
+	lastGrants    time.Time
+	now           time.Time // the current poll's time
 }
 
 // New checks cfg and returns a controller.
@@ -118,7 +156,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{cfg: cfg, cards: map[string]*card{}, pods: map[string]*offline{},
-		pidPods: map[uint32]string{}, events: map[string]*eventTally{}}, nil
+		onlineRegions: map[string][]*regionFile{}, pidPods: map[uint32]string{}, events: map[string]*eventTally{}}, nil
 }
 
 // Run thaws any offline pod a previous agent left frozen, then polls every
@@ -128,11 +166,11 @@ func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("priority")
 	ctx = klog.NewContext(ctx, logger)
 	defer c.thawAll(ctx)
-	if err := c.refresh(ctx, time.Now()); err != nil {
-		return fmt.Errorf("priority controller: reading grants: %w", err)
+	if err := c.start(ctx, time.Now()); err != nil {
+		return err
 	}
-	c.recoverFrozen(ctx)
-	logger.Info("Priority controller running", "freezer", c.cfg.Freezer.Version, "poll", c.cfg.Poll, "idle", c.cfg.Idle)
+	logger.Info("Priority controller running", "freezer", c.cfg.Freezer.Version, "poll", c.cfg.Poll, "idle", c.cfg.Idle,
+		"interception", c.cfg.RegionRoot != "", "activity", c.cfg.Activity)
 	t := time.NewTicker(c.cfg.Poll)
 	defer t.Stop()
 	for {
@@ -145,8 +183,21 @@ func (c *Controller) Run(ctx context.Context) error {
 	}
 }
 
-// tick is one poll: refresh the pods if due, then decide every card.
+// start reads the grants and undoes what a previous agent left suspended.
+func (c *Controller) start(ctx context.Context, now time.Time) error {
+	c.now = now
+	if err := c.refresh(ctx, now); err != nil {
+		return fmt.Errorf("priority controller: reading grants: %w", err)
+	}
+	c.recoverFrozen(ctx)
+	return nil
+}
+
+// tick is one poll at now (the only clock the decisions read: tests and
+// the simulator step it in simulated time): refresh the pods if due, then
+// decide every card.
 func (c *Controller) tick(ctx context.Context, now time.Time) {
+	c.now = now
 	if now.Sub(c.lastGrants) >= c.cfg.GrantsEvery {
 		if err := c.refresh(ctx, now); err != nil {
 			// Keep the last known pods: a store hiccup is no reason to
@@ -161,43 +212,41 @@ func (c *Controller) tick(ctx context.Context, now time.Time) {
 	c.flushEvents(now)
 }
 
-// decide reads the card's online activity and freezes or thaws its offline pods.
-func (c *Controller) decide(ctx context.Context, cd *card, policy protocol.Policy, start time.Time) {
+// decide reads the card's online activity and suspends or resumes its
+// offline pods.
+func (c *Controller) decide(ctx context.Context, cd *card, policy protocol.Policy, now time.Time) {
 	if len(cd.offline) == 0 {
 		return
 	}
 	if len(cd.online) > 0 {
-		busy, err := c.onlineBusy(cd)
-		if err != nil {
-			c.failOpen(ctx, cd, err)
-			return
+		act, ok := c.onlineLaunches(ctx, cd, now)
+		if !ok {
+			var err error
+			if act, err = c.onlineActivity(cd, now); err != nil {
+				c.failOpen(ctx, cd, err, now)
+				return
+			}
 		}
 		if cd.failing {
 			cd.failing = false
 			klog.FromContext(ctx).Info("GPU activity readable again", "card", cd.id.UUID)
 		}
-		now := time.Now()
-		switch {
-		case busy:
-			cd.preempting, cd.idleSince = true, time.Time{}
-		case !cd.preempting:
-		case cd.idleSince.IsZero():
-			// Idle is counted from the first poll that saw the online pods
-			// idle, so the offline pods never resume less than Idle after
-			// the online pods really stopped.
-			cd.idleSince = now
-		case now.Sub(cd.idleSince) >= c.cfg.Idle:
-			cd.preempting = false
-		}
+		cd.act = act
+		cd.preempting = act.preempting(now, c.cfg.Idle)
 	} else {
-		cd.preempting, cd.idleSince = false, time.Time{} // the online pods went away
+		cd.act, cd.preempting = activity{}, false // the online pods went away
 	}
 	want := c.desired(cd, policy)
-	// Freezes first: a time-slice handover never lets two offline pods run together.
+	for uid, reason := range want {
+		if p := c.pods[uid]; p != nil && reason != "" && !c.mayFreeze(ctx, p, now) {
+			want[uid] = ""
+		}
+	}
+	// Suspensions first: a time-slice handover never lets two offline pods run together.
 	for _, freeze := range []bool{true, false} {
 		for _, uid := range cd.offline {
 			if (want[uid] != "") == freeze {
-				c.apply(ctx, cd, c.pods[uid], want[uid], start)
+				c.apply(ctx, cd, c.pods[uid], want[uid], now, now)
 			}
 		}
 	}
@@ -228,13 +277,13 @@ func (c *Controller) greedy(uid string) int64 { return c.pods[uid].greedy }
 // failOpen thaws the card's offline pods: without activity data the
 // controller cannot tell whether they may run, and a wrongly frozen pod is
 // worse than a wrongly running one.
-func (c *Controller) failOpen(ctx context.Context, cd *card, err error) {
+func (c *Controller) failOpen(ctx context.Context, cd *card, err error, now time.Time) {
 	c.cfg.Observer.NVMLError(cd.id)
 	if !cd.failing {
-		klog.FromContext(ctx).Error(err, "Reading GPU activity; thawing the card's offline pods until it works again", "card", cd.id.UUID)
+		klog.FromContext(ctx).Error(err, "Reading GPU activity; releasing the card's offline pods until it works again", "card", cd.id.UUID)
 	}
-	cd.failing, cd.preempting, cd.idleSince = true, false, time.Time{}
+	cd.failing, cd.preempting, cd.act = true, false, activity{}
 	for _, uid := range cd.offline {
-		c.apply(ctx, cd, c.pods[uid], "", time.Now())
+		c.apply(ctx, cd, c.pods[uid], "", now, now)
 	}
 }

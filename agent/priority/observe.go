@@ -10,11 +10,14 @@ import (
 
 // Observer receives what the controller does, for metrics.
 type Observer interface {
-	// Suspended: a pod was frozen; for ReasonOnlineBusy, latency runs from
-	// the start of the poll that saw the online pod busy to the freeze written.
+	// Suspended: a pod was suspended; for ReasonOnlineBusy, latency runs from
+	// the start of the poll that saw the online pod busy to the write.
 	Suspended(card CardID, reason string, latency time.Duration)
-	// Resumed: a pod was thawed; for ReasonOnlineBusy, latency runs from the
-	// first poll that saw the online pods idle to the thaw written (≥ Idle).
+	// Resumed: a pod was released; for ReasonOnlineBusy, latency runs from
+	// the moment the online pods were last known busy (their last launch,
+	// or the NVML sample that said idle) to the release written (≥ Idle,
+	// except for releases that are not the idle window's: a capped freeze,
+	// a pod being deleted, NVML failing).
 	Resumed(card CardID, reason string, latency time.Duration)
 	// FrozenPods is the number of the card's offline pods frozen now.
 	FrozenPods(card CardID, n int)
@@ -67,8 +70,8 @@ func (c *Controller) resumed(cd *card, p *offline, now time.Time) {
 		return
 	}
 	var latency time.Duration
-	if !cd.idleSince.IsZero() {
-		latency = now.Sub(cd.idleSince)
+	if !cd.act.idleFrom.IsZero() {
+		latency = now.Sub(cd.act.idleFrom)
 	}
 	c.cfg.Observer.Resumed(cd.id, p.frozen, latency)
 	if t, ok := c.events[p.uid]; ok {

@@ -2,11 +2,10 @@ package priority
 
 import (
 	"context"
-	"errors"
-	"os"
 	"slices"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/store"
@@ -24,36 +23,67 @@ type card struct {
 	id         CardID
 	online     map[string]bool // pod UIDs
 	offline    []string        // pod UIDs, sorted: a stable order for time slices
-	lastSample uint64          // newest NVML sample timestamp seen (µs)
-	preempting bool            // offline pods are held frozen for the online ones
-	idleSince  time.Time       // the first poll that saw the online pods idle after busy
-	failing    bool            // NVML errors: failing open
+	nvml       nvmlActivity
+	lastLaunch time.Time // the last online launch seen in a region
+	act        activity  // as of the last poll
+	preempting bool      // offline pods are held for the online ones
+	failing    bool      // NVML errors: failing open
 	share      shares
 }
 
-// offline is an offline pod and its freezer state.
+// offline is an offline pod and how it is suspended.
 type offline struct {
 	uid, namespace, name string
 	card                 CardID
 	greedy               int64
-	dir                  string // cgroup directory, "" until found
-	frozen               string // reason, "" when running
+	containers           []string          // granted (GPU) containers; sidecars are never touched
+	ids                  map[string]string // container name → ID, from the pod's status
+	deleting             bool              // deletion timestamp set: thawed, never frozen again
+	capFor, breakFor     time.Duration     // freezer: longest single freeze, then the break
+	noFreeze             bool              // a liveness probe tolerates no freeze
+	regions              []*regionFile
+	mech                 string // MechInterception when every container has a blockable region
+	podDir               string
+	dirs                 map[string]string // container ID → its cgroup dir, once found
+	frozenDirs           []string          // what the freezer froze
+	frozen               string            // reason, "" when running
 	frozenAt             time.Time
-	writeFailed          bool // the last freezer write failed (logged once)
-	missingLogged        bool // its cgroup was not found (logged once)
+	breakUntil           time.Time // a capped freeze: not frozen again before
+	logged               map[string]bool
+}
+
+func (p *offline) logOnce(ctx context.Context, key, msg string, kv ...any) {
+	if p.logged == nil {
+		p.logged = map[string]bool{}
+	}
+	if !p.logged[key] {
+		p.logged[key] = true
+		klog.FromContext(ctx).Info(msg, append([]any{"pod", klog.KRef(p.namespace, p.name)}, kv...)...)
+	}
 }
 
 // refresh rebuilds the cards from the store: only online and offline grants
 // count, general pods are never looked at. Offline pods that are gone are
-// thawed (if their cgroup is still there) and forgotten.
+// released and forgotten; pods being deleted are released.
 func (c *Controller) refresh(ctx context.Context, now time.Time) error {
 	grants, err := c.cfg.Grants()
 	if err != nil {
 		return err
 	}
+	pods := map[string]*v1.Pod{}
+	if c.cfg.Pods != nil {
+		list, err := c.cfg.Pods()
+		if err != nil {
+			return err
+		}
+		for _, p := range list {
+			pods[string(p.UID)] = p
+		}
+	}
 	c.lastGrants = now
 	clear(c.pidPods)
 	seen := map[string]bool{}
+	onlineCtrs := map[string][]string{}
 	for _, cd := range c.cards {
 		cd.online, cd.offline = map[string]bool{}, cd.offline[:0]
 	}
@@ -64,22 +94,91 @@ func (c *Controller) refresh(ctx context.Context, now time.Time) error {
 		cd := c.card(CardID{Index: g.Slices[0].Index, UUID: g.Slices[0].UUID})
 		if g.Class == protocol.ClassOnline {
 			cd.online[g.PodUID] = true
+			onlineCtrs[g.PodUID] = appendOnce(onlineCtrs[g.PodUID], g.Container)
 			continue
 		}
 		c.addOffline(ctx, cd, g, seen)
 	}
 	for uid, p := range c.pods {
 		if !seen[uid] {
-			c.release(ctx, p, "pod no longer holds an offline grant")
+			c.release(ctx, p, "pod no longer holds an offline grant", now)
+			closeRegions(p.regions)
 			delete(c.pods, uid)
 			delete(c.events, uid)
+			continue
 		}
+		c.updateOffline(ctx, p, pods[uid])
 	}
+	c.refreshOnlineRegions(ctx, onlineCtrs)
 	for _, cd := range c.cards {
 		slices.Sort(cd.offline)
 		cd.offline = slices.Compact(cd.offline)
 	}
 	return nil
+}
+
+func appendOnce(s []string, v string) []string {
+	if slices.Contains(s, v) {
+		return s
+	}
+	return append(s, v)
+}
+
+func (c *Controller) refreshOnlineRegions(ctx context.Context, ctrs map[string][]string) {
+	for uid, files := range c.onlineRegions {
+		if _, ok := ctrs[uid]; !ok {
+			closeRegions(files)
+			delete(c.onlineRegions, uid)
+		}
+	}
+	for uid, names := range ctrs {
+		files, ok, err := c.regionsOf(uid, names, c.onlineRegions[uid])
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Online pod's HAMi-core region refused; NVML decides its activity", "pod", uid, "err", err)
+		}
+		if !ok {
+			closeRegions(files)
+			files = nil
+		}
+		c.onlineRegions[uid] = files
+	}
+}
+
+// updateOffline takes in what the pod's object says (containers, deletion,
+// probes) and picks the mechanism.
+func (c *Controller) updateOffline(ctx context.Context, p *offline, pod *v1.Pod) {
+	p.ids = map[string]string{}
+	if pod != nil {
+		p.deleting = pod.DeletionTimestamp != nil
+		for _, st := range pod.Status.ContainerStatuses {
+			if slices.Contains(p.containers, st.Name) && st.ContainerID != "" {
+				p.ids[st.Name] = st.ContainerID
+			}
+		}
+	}
+	var ok bool
+	p.capFor, p.breakFor, ok = probeCap(pod, p.containers, c.cfg.MaxFreeze)
+	p.noFreeze = !ok
+	files, usable, err := c.regionsOf(p.uid, p.containers, p.regions)
+	if err != nil {
+		p.logOnce(ctx, "region:"+err.Error(), "HAMi-core region refused; the freezer suspends this pod", "err", err)
+	}
+	if usable {
+		for _, r := range files {
+			if s, err := r.f.Read(); err != nil || !s.HasSMLimit() {
+				usable = false // the library would not honour a block
+			}
+		}
+	}
+	mech := MechFreezer
+	if usable {
+		mech = MechInterception
+	}
+	if mech != p.mech && p.mech != "" && p.frozen != "" {
+		// Switch mechanisms unsuspended: release with the old one first.
+		c.release(ctx, p, "suspension mechanism changed to "+mech, c.now)
+	}
+	p.regions, p.mech = files, mech
 }
 
 func (c *Controller) card(id CardID) *card {
@@ -94,16 +193,17 @@ func (c *Controller) card(id CardID) *card {
 func (c *Controller) addOffline(ctx context.Context, cd *card, g store.Grant, seen map[string]bool) {
 	p, ok := c.pods[g.PodUID]
 	if ok && p.card != cd.id {
-		c.release(ctx, p, "grant moved to another card")
+		c.release(ctx, p, "grant moved to another card", c.now)
 	}
 	if !ok || p.card != cd.id {
-		p = &offline{uid: g.PodUID, namespace: g.Namespace, name: g.Name, card: cd.id}
+		p = &offline{uid: g.PodUID, namespace: g.Namespace, name: g.Name, card: cd.id, dirs: map[string]string{}}
 		c.pods[g.PodUID] = p
 	}
 	if !seen[g.PodUID] {
-		p.greedy = 0
+		p.greedy, p.containers = 0, nil
 	}
 	seen[g.PodUID] = true
+	p.containers = appendOnce(p.containers, g.Container)
 	if g.Resource == protocol.ResourceCoreGreedy {
 		// A pod's containers each hold a slice of the same card: the pod's
 		// share is their sum.
@@ -114,119 +214,64 @@ func (c *Controller) addOffline(ctx context.Context, cd *card, g store.Grant, se
 	cd.offline = append(cd.offline, g.PodUID)
 }
 
-// recoverFrozen thaws offline pods that are frozen at start: a previous agent
-// crashed (or was killed) while holding them.
+// recoverFrozen undoes what a previous agent left (it crashed or was
+// SIGKILLed while holding offline pods): every frozen cgroup of an offline
+// pod's (the pod's own and its containers') is thawed, every blocked
+// region unblocked.
 func (c *Controller) recoverFrozen(ctx context.Context) {
 	for _, p := range c.pods {
-		if !c.locate(ctx, p) {
-			continue
+		if c.locate(ctx, p) {
+			left, err := c.cfg.Freezer.FrozenUnder(p.podDir)
+			if err != nil {
+				klog.FromContext(ctx).Error(err, "Looking for cgroups left frozen", "pod", klog.KRef(p.namespace, p.name))
+			}
+			for _, dir := range left {
+				klog.FromContext(ctx).Info("Thawing a cgroup left frozen by a previous agent", "pod", klog.KRef(p.namespace, p.name), "dir", dir)
+				if err := c.cfg.Freezer.Thaw(dir); err != nil {
+					klog.FromContext(ctx).Error(err, "Thawing a leftover", "dir", dir)
+				}
+			}
 		}
-		if frozen, err := c.cfg.Freezer.Frozen(p.dir); err == nil && frozen {
-			klog.FromContext(ctx).Info("Thawing an offline pod left frozen by a previous agent", "pod", klog.KRef(p.namespace, p.name))
-			p.frozen = "recovered"
-			c.release(ctx, p, "left frozen by a previous agent")
+		if c.blockedAny(p) {
+			klog.FromContext(ctx).Info("Unblocking an offline pod's launches left blocked by a previous agent", "pod", klog.KRef(p.namespace, p.name))
+			if err := c.block(p, false); err != nil {
+				klog.FromContext(ctx).Error(err, "Unblocking a leftover", "pod", klog.KRef(p.namespace, p.name))
+			}
 		}
 	}
 }
 
-// thawAll thaws every offline pod the controller has frozen (shutdown, panic).
+func (c *Controller) blockedAny(p *offline) bool {
+	for _, r := range p.regions {
+		if s, err := r.f.Read(); err == nil && s.RecentKernel < 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// thawAll releases every offline pod the controller holds (shutdown, panic).
 func (c *Controller) thawAll(ctx context.Context) {
 	n := 0
 	for _, p := range c.pods {
 		if p.frozen != "" {
-			c.release(ctx, p, "controller stopping")
+			c.release(ctx, p, "controller stopping", time.Now())
 			n++
 		}
+		closeRegions(p.regions)
+		p.regions = nil
 	}
-	klog.FromContext(ctx).Info("Priority controller stopped; offline pods thawed", "thawed", n)
+	for _, files := range c.onlineRegions {
+		closeRegions(files)
+	}
+	klog.FromContext(ctx).Info("Priority controller stopped; offline pods released", "released", n)
 }
 
-// release thaws p now, whatever the reason it was frozen for.
-func (c *Controller) release(ctx context.Context, p *offline, why string) {
+// release lets p run now, whatever the reason it was held for.
+func (c *Controller) release(ctx context.Context, p *offline, why string, now time.Time) {
 	if p.frozen == "" {
 		return
 	}
-	cd := c.card(p.card)
-	c.apply(ctx, cd, p, "", time.Now())
+	c.apply(ctx, c.card(p.card), p, "", now, now)
 	klog.FromContext(ctx).V(4).Info("Released offline pod", "pod", klog.KRef(p.namespace, p.name), "why", why)
-}
-
-// locate finds p's cgroup directory once; false when it has none (yet).
-func (c *Controller) locate(ctx context.Context, p *offline) bool {
-	if p.dir != "" {
-		return true
-	}
-	dir, err := c.cfg.Freezer.PodDir(p.uid)
-	if err != nil {
-		if !p.missingLogged {
-			// Expected for a moment while the pod starts; for good, the agent
-			// does not see the host's cgroups (mount /sys/fs/cgroup, see README).
-			klog.FromContext(ctx).Info("Offline pod has no cgroup yet; it cannot be frozen", "pod", klog.KRef(p.namespace, p.name), "err", err)
-			p.missingLogged = true
-		}
-		return false
-	}
-	p.dir = dir
-	return true
-}
-
-// apply freezes (want != "") or thaws (want == "") p if it is not so already,
-// and reports the change. start is when the poll that decided it began.
-func (c *Controller) apply(ctx context.Context, cd *card, p *offline, want string, start time.Time) {
-	if p == nil {
-		return
-	}
-	was := p.frozen == ReasonOnlineBusy
-	c.write(ctx, cd, p, want, start)
-	if is := p.frozen == ReasonOnlineBusy; is != was && c.cfg.Reporter != nil {
-		c.cfg.Reporter.PodSuspended(PodRef{UID: p.uid, Namespace: p.namespace, Name: p.name, Card: p.card}, is, time.Now())
-	}
-}
-
-// write is apply without the report.
-func (c *Controller) write(ctx context.Context, cd *card, p *offline, want string, start time.Time) {
-	if !c.locate(ctx, p) {
-		return
-	}
-	if (p.frozen == "") == (want == "") {
-		p.frozen = want // same state; the reason may change (online-busy → time-slice)
-		return
-	}
-	var err error
-	if want != "" {
-		err = c.cfg.Freezer.Freeze(p.dir)
-	} else {
-		err = c.cfg.Freezer.Thaw(p.dir)
-	}
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			// The pod's cgroup went away (pod deleted or restarted): look it up again.
-			p.dir, p.frozen = "", ""
-			return
-		}
-		if !p.writeFailed {
-			klog.FromContext(ctx).Error(err, "Freezer write failed; retrying every poll", "pod", klog.KRef(p.namespace, p.name), "freeze", want != "")
-		}
-		p.writeFailed = true
-		return
-	}
-	p.writeFailed = false
-	now := time.Now()
-	if want != "" {
-		c.suspended(cd, p, want, now.Sub(start), now)
-	} else {
-		c.resumed(cd, p, now)
-	}
-	p.frozen = want
-	c.cfg.Observer.FrozenPods(cd.id, c.frozenOn(cd))
-}
-
-func (c *Controller) frozenOn(cd *card) int {
-	n := 0
-	for _, p := range c.pods {
-		if p.card == cd.id && p.frozen != "" {
-			n++
-		}
-	}
-	return n
 }

@@ -1,7 +1,6 @@
 package priority
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,84 +8,128 @@ import (
 	"sync"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
-	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// Pods of the simulated node: on card 0 one online and two offline pods, on
-// card 1 a general pod that is always busy and must never be touched.
+// Pods of the simulated node: on card 0 one online and two offline pods
+// (each offline pod has a GPU container "c" and a sidecar without a grant),
+// on card 1 a general pod that is always busy and must never be touched.
 const (
 	SimOnline    = "11111111-1111-1111-1111-111111111111"
 	SimOffline1  = "22222222-2222-2222-2222-222222222222"
 	SimOffline2  = "33333333-3333-3333-3333-333333333333"
 	SimGeneral   = "44444444-4444-4444-4444-444444444444"
 	simOnlinePID = 100
+	simCard0     = "GPU-sim-0"
+	simCard1     = "GPU-sim-1"
 )
 
-// Sim is a simulated node: a fake cgroup tree and /proc (cgroup.FakeTree), a
-// fake NVML whose per-process utilisation the caller scripts, and the grants
-// the controller reads.
+// simPod is one pod of the simulated node.
+type simPod struct {
+	uid, qos string
+	pid      uint32
+	card     int
+	class    protocol.Class
+	resource string
+	cores    int64
+}
+
+var simPods = []simPod{
+	{SimOnline, "burstable", simOnlinePID, 0, protocol.ClassOnline, protocol.ResourceMemory, 0},
+	{SimOffline1, "besteffort", 200, 0, protocol.ClassOffline, protocol.ResourceCoreGreedy, 60},
+	{SimOffline2, "burstable", 201, 0, protocol.ClassOffline, protocol.ResourceCoreGreedy, 40},
+	{SimGeneral, "", 300, 1, protocol.ClassGeneral, protocol.ResourceCore, 50},
+}
+
+// Sim is a simulated node in simulated time: a fake cgroup tree and /proc
+// (cgroup.FakeTree) with a cgroup per container, NVML per card sampling
+// every NVMLPeriod (SimNVML), the pod objects and the grants the
+// controller reads. Nothing in it reads the wall clock.
 type Sim struct {
-	Tree *cgroup.FakeTree
-	NVML *nvml.Fake
-	Dirs map[string]string // pod UID → cgroup dir
+	Tree  *cgroup.FakeTree
+	Cards [2]*SimNVML
+	Dirs  map[string]string // pod UID → pod cgroup dir
+	// GPU and Sidecar: container cgroup dirs of the offline pods, by pod UID.
+	GPU, Sidecar map[string]string
+	Now          time.Time
 
 	mu      sync.Mutex
 	grants  []store.Grant
+	pods    map[string]*v1.Pod
 	general []byte // the general pod's freeze file as created
 }
 
-// NewSim builds the node under dir.
-func NewSim(dir string, v cgroup.Version, systemd bool) (*Sim, error) {
+// NewSim builds the node under dir; NVML samples every nvmlPeriod.
+func NewSim(dir string, v cgroup.Version, systemd bool, nvmlPeriod time.Duration) (*Sim, error) {
 	tree, err := cgroup.NewFakeTree(dir, v, systemd)
 	if err != nil {
 		return nil, err
 	}
-	cards, _ := nvml.ParseFakeSpec("2xT4")
-	s := &Sim{Tree: tree, NVML: nvml.NewFake(cards, "sim", ""), Dirs: map[string]string{}}
-	pods := []struct {
-		uid, qos string
-		pid      uint32
-		card     int
-		class    protocol.Class
-		resource string
-		cores    int64
-	}{
-		{SimOnline, "burstable", simOnlinePID, 0, protocol.ClassOnline, protocol.ResourceMemory, 0},
-		{SimOffline1, "besteffort", 200, 0, protocol.ClassOffline, protocol.ResourceCoreGreedy, 60},
-		{SimOffline2, "burstable", 201, 0, protocol.ClassOffline, protocol.ResourceCoreGreedy, 40},
-		{SimGeneral, "", 300, 1, protocol.ClassGeneral, protocol.ResourceCore, 50},
-	}
-	for _, p := range pods {
-		if s.Dirs[p.uid], err = tree.AddPod(p.qos, p.uid); err != nil {
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	s := &Sim{Tree: tree, Dirs: map[string]string{}, GPU: map[string]string{}, Sidecar: map[string]string{},
+		pods: map[string]*v1.Pod{}, Now: epoch}
+	s.Cards[0], s.Cards[1] = NewSimNVML(nvmlPeriod, epoch), NewSimNVML(nvmlPeriod, epoch)
+	for _, p := range simPods {
+		if err := s.addPod(p); err != nil {
 			return nil, err
 		}
-		if err := tree.AddProc(p.pid, p.qos, p.uid); err != nil {
-			return nil, err
-		}
-		// Offline and general processes compute flat out; the online one starts idle.
-		s.NVML.SetProcess(p.card, p.pid, map[bool]uint32{true: 0, false: 95}[p.class == protocol.ClassOnline])
-		slice := protocol.Slice{Index: p.card, UUID: s.NVML.UUID(p.card), MemoryGiB: 2, Cores: p.cores}
-		s.grants = append(s.grants, store.Grant{PodUID: p.uid, Namespace: "default", Name: "pod-" + p.uid[:4],
-			Container: "c", Resource: p.resource, Class: p.class, Slices: []protocol.Slice{slice}})
 	}
-	s.general, err = os.ReadFile(s.freezeFile(SimGeneral))
+	s.Cards[1].SetBusy(300, true) // the general pod computes flat out
+	s.general, err = os.ReadFile(s.freezeFile(s.Dirs[SimGeneral]))
 	return s, err
 }
 
-func (s *Sim) freezeFile(uid string) string {
-	if s.Tree.Version == cgroup.V1 {
-		return filepath.Join(s.Dirs[uid], "freezer.state")
+func (s *Sim) addPod(p simPod) error {
+	var err error
+	if s.Dirs[p.uid], err = s.Tree.AddPod(p.qos, p.uid); err != nil {
+		return err
 	}
-	return filepath.Join(s.Dirs[uid], "cgroup.freeze")
+	if err := s.Tree.AddProc(p.pid, p.qos, p.uid); err != nil {
+		return err
+	}
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(p.uid), Namespace: "default", Name: "pod-" + p.uid[:4]}}
+	for _, ctr := range []string{"c", "sidecar"} {
+		id := fmt.Sprintf("%s%s", ctr, p.uid[:8])
+		dir, err := s.Tree.AddContainer(p.qos, p.uid, id)
+		if err != nil {
+			return err
+		}
+		if ctr == "c" {
+			s.GPU[p.uid] = dir
+		} else {
+			s.Sidecar[p.uid] = dir
+		}
+		pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: ctr})
+		pod.Status.ContainerStatuses = append(pod.Status.ContainerStatuses, v1.ContainerStatus{Name: ctr, ContainerID: "containerd://" + id})
+	}
+	s.pods[p.uid] = pod
+	s.Cards[p.card].AddProcess(p.pid)
+	uuid := []string{simCard0, simCard1}[p.card]
+	slice := protocol.Slice{Index: p.card, UUID: uuid, MemoryGiB: 2, Cores: p.cores}
+	s.grants = append(s.grants, store.Grant{PodUID: p.uid, Namespace: "default", Name: pod.Name,
+		Container: "c", Resource: p.resource, Class: p.class, Slices: []protocol.Slice{slice}})
+	return nil
 }
 
-// generalWritten reports whether anything wrote the general pod's freeze file.
-func (s *Sim) generalWritten() bool {
-	data, err := os.ReadFile(s.freezeFile(SimGeneral))
-	return err != nil || string(data) != string(s.general)
+func (s *Sim) freezeFile(dir string) string {
+	if s.Tree.Version == cgroup.V1 {
+		return filepath.Join(dir, "freezer.state")
+	}
+	return filepath.Join(dir, "cgroup.freeze")
+}
+
+// GeneralTouched reports whether anything wrote the general pod's freeze file.
+func (s *Sim) GeneralTouched() bool {
+	data, err := os.ReadFile(s.freezeFile(s.Dirs[SimGeneral]))
+	return err != nil || string(data) != string(s.general) || s.frozenDir(s.GPU[SimGeneral])
 }
 
 // Grants is Config.Grants for the simulated node.
@@ -96,16 +139,50 @@ func (s *Sim) Grants() ([]store.Grant, error) {
 	return slices.Clone(s.grants), nil
 }
 
-// DropPod removes a pod's grants (the pod was deleted).
+// Pods is Config.Pods for the simulated node.
+func (s *Sim) Pods() ([]*v1.Pod, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*v1.Pod
+	for _, p := range s.pods {
+		out = append(out, p.DeepCopy())
+	}
+	return out, nil
+}
+
+// DropPod removes a pod's grants and object (the pod was deleted).
 func (s *Sim) DropPod(uid string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.grants = slices.DeleteFunc(s.grants, func(g store.Grant) bool { return g.PodUID == uid })
+	delete(s.pods, uid)
 }
 
-// SetOnlineBusy scripts the online process: busy (SM 90%) or idle (0%).
-func (s *Sim) SetOnlineBusy(busy bool) {
-	s.NVML.SetProcess(0, simOnlinePID, map[bool]uint32{true: 90, false: 0}[busy])
+// MarkDeleting sets the pod's deletion timestamp (kubectl delete, before
+// the kubelet kills it).
+func (s *Sim) MarkDeleting(uid string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := metav1.NewTime(s.Now)
+	s.pods[uid].DeletionTimestamp = &now
+}
+
+// SetLiveness gives the offline pod's GPU container a liveness probe.
+func (s *Sim) SetLiveness(uid string, period, timeout, threshold int32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pods[uid].Spec.Containers[0].LivenessProbe = &v1.Probe{PeriodSeconds: period, TimeoutSeconds: timeout, FailureThreshold: threshold}
+}
+
+// SetOnlineBusy starts or ends the online process's work at the simulated now.
+func (s *Sim) SetOnlineBusy(busy bool) { s.Cards[0].SetBusy(simOnlinePID, busy) }
+
+// Advance moves simulated time by d.
+func (s *Sim) Advance(d time.Duration) time.Time {
+	s.Now = s.Now.Add(d)
+	s.Cards[0].Advance(s.Now)
+	s.Cards[1].Advance(s.Now)
+	return s.Now
 }
 
 // Config returns a controller configuration for the simulated node.
@@ -114,33 +191,45 @@ func (s *Sim) Config(poll, idle time.Duration) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	devs, err := DevicesByUUID(s.NVML)
-	if err != nil {
-		return Config{}, err
-	}
-	return Config{Poll: poll, Idle: idle, Grants: s.Grants, Devices: devs, Freezer: f,
-		Procs: cgroup.Procs{Root: s.Tree.ProcRoot}}, nil
+	devs := map[string]nvml.Device{simCard0: s.Cards[0].Device(), simCard1: s.Cards[1].Device()}
+	return Config{Poll: poll, Idle: idle, Grants: s.Grants, Pods: s.Pods, Devices: devs, Freezer: f,
+		Procs: cgroup.Procs{Root: s.Tree.ProcRoot}, ProcRoot: s.Tree.ProcRoot}, nil
 }
 
-// Frozen reads the freeze file of a pod of the simulated node.
-func (s *Sim) Frozen(uid string) bool {
+// Frozen reports whether the offline pod's GPU container reads frozen.
+func (s *Sim) Frozen(uid string) bool { return s.frozenDir(s.GPU[uid]) }
+
+// SidecarFrozen reports whether anything froze the pod's sidecar or the pod's own cgroup.
+func (s *Sim) SidecarFrozen(uid string) bool {
+	return s.frozenDir(s.Sidecar[uid]) || s.frozenDir(s.Dirs[uid])
+}
+
+func (s *Sim) frozenDir(dir string) bool {
 	f := &cgroup.Freezer{Root: s.Tree.CgroupRoot, Version: s.Tree.Version}
-	frozen, _ := f.Frozen(s.Dirs[uid])
+	frozen, _ := f.Frozen(dir)
 	return frozen
 }
 
-// WaitFrozen polls the offline pods' freeze files every 100µs until both read
-// want, and returns when that was first seen.
-func (s *Sim) WaitFrozen(ctx context.Context, want bool, timeout time.Duration) (time.Time, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		now := time.Now()
-		if s.Frozen(SimOffline1) == want && s.Frozen(SimOffline2) == want {
-			return now, nil
+// EnableRegions writes a HAMi-core region for the GPU container of the
+// online and offline pods under root (as the library does at cuInit: the
+// online one throttled, so it records launches; the offline ones with an
+// SM limit, so a block holds) and returns root for Config.RegionRoot.
+func (s *Sim) EnableRegions(root string) (map[string]string, error) {
+	paths := map[string]string{}
+	for _, p := range simPods[:3] {
+		dir := filepath.Join(root, p.uid+"_c")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
 		}
-		if now.After(deadline) || ctx.Err() != nil {
-			return now, fmt.Errorf("offline pods not frozen=%v after %s", want, timeout)
+		im := hamiregion.Image{UUIDs: []string{simCard0}, SMLimit: []uint64{uint64(max(p.cores, 50))},
+			Procs: []hamiregion.Proc{{PID: 1, HostPID: int32(p.pid), Status: 1}}}
+		if p.class == protocol.ClassOnline {
+			im.UtilizationSwitch = 1
 		}
-		time.Sleep(100 * time.Microsecond)
+		paths[p.uid] = filepath.Join(dir, "cudevshr.cache")
+		if err := im.WriteFile(paths[p.uid]); err != nil {
+			return nil, err
+		}
 	}
+	return paths, nil
 }

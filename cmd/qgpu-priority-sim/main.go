@@ -1,8 +1,12 @@
-// Command qgpu-priority-sim measures the online/offline priority controller
-// in simulation: a fake NVML whose online process turns busy and idle, and a
-// temporary cgroup tree (v1 and v2). It prints time-to-suspend and
-// time-to-resume percentiles, end to end through the cgroup files. No GPU is
-// involved: see agent/priority/README.md for what this does and does not show.
+// Command qgpu-priority-sim runs the online/offline priority controller
+// against a simulated card in simulated time: the online process's busy
+// and idle phases, offline kernels queued on the card, NVML's sample
+// period and HAMi-core's shared regions, through a fake cgroup tree. For
+// each suspension mechanism it prints
+//
+//	<mechanism> thaws-while-busy N suspend-p99 X resume-p99 Y ...
+//
+// No GPU is involved: see docs/priority.md for what this does and does not show.
 package main
 
 import (
@@ -14,52 +18,64 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
 )
 
 func main() {
-	cycles := flag.Int("cycles", 50, "busy/idle cycles per cgroup layout")
-	poll := flag.Duration("poll", priority.DefaultPoll, "controller poll interval")
-	idle := flag.Duration("idle", priority.DefaultIdle, "idle time before offline pods resume")
-	busyFor := flag.Duration("busy", 30*time.Millisecond, "how long the online process stays busy per cycle")
-	idleFor := flag.Duration("idle-phase", 150*time.Millisecond, "how long it stays idle after the offline pods resumed")
+	scenario := flag.String("scenario", "busy-online", "busy-online (8 s busy, 2 s idle) or bursty-online (50 ms busy every 500 ms)")
+	duration := flag.Duration("duration", time.Minute, "simulated time")
+	period := flag.Duration("nvml-period", time.Second/6, "NVML's per-process sample period (1/6 s to 1 s on real cards)")
+	kernel := flag.Duration("kernel", 20*time.Millisecond, "length of an offline kernel")
+	queue := flag.Int("queue", 4, "offline kernels each offline process keeps queued on the card")
+	activity := flag.String("activity", "samples", "NVML activity model: samples, or per-poll (the model before issue 17, which flaps)")
+	seed := flag.Uint64("seed", 1, "seed of the phases' and kernels' ±20% jitter")
+	v1 := flag.Bool("cgroup-v1", false, "simulate a cgroup v1 node (default v2)")
 	flag.Parse()
 	klog.SetOutput(os.Stderr)
 	klog.LogToStderr(false) // keep the report readable
-	if err := run(*cycles, *poll, *idle, *busyFor, *idleFor); err != nil {
+	if err := run(*scenario, *duration, *period, *kernel, *queue, *activity, *seed, *v1); err != nil {
 		fmt.Fprintln(os.Stderr, "qgpu-priority-sim:", err)
-		os.Exit(1)
+		os.Exit(2)
 	}
 }
 
-func run(cycles int, poll, idle, busyFor, idleFor time.Duration) error {
-	fmt.Printf("poll=%s idle=%s cycles=%d busy=%s idle-phase=%s\n", poll, idle, cycles, busyFor, idleFor)
-	for _, l := range []struct {
-		name    string
-		version cgroup.Version
-		systemd bool
-	}{{"cgroup v2, systemd driver", cgroup.V2, true}, {"cgroup v1, cgroupfs driver", cgroup.V1, false}} {
-		dir, err := os.MkdirTemp("", "qgpu-priority-sim-")
+func run(scenario string, duration, period, kernel time.Duration, queue int, activity string, seed uint64, v1 bool) error {
+	cs, err := priority.CardSimDefaults(scenario)
+	if err != nil {
+		return err
+	}
+	switch activity {
+	case "samples":
+	case "per-poll":
+		cs.Activity = priority.ActivityPerPoll
+	default:
+		return fmt.Errorf("--activity %q: must be samples or per-poll", activity)
+	}
+	if duration <= 0 || period <= 0 || kernel <= 0 || queue < 1 {
+		return fmt.Errorf("--duration %s, --nvml-period %s, --kernel %s must be positive and --queue %d at least 1", duration, period, kernel, queue)
+	}
+	cs.Duration, cs.NVMLPeriod, cs.Kernel, cs.Queue, cs.Seed, cs.CgroupV1 = duration, period, kernel, queue, seed, v1
+	fmt.Printf("scenario=%s duration=%s nvml-period=%s offline kernel=%s queue=%d poll=%s idle=%s activity=%s seed=%d\n",
+		scenario, duration, period, kernel, queue, cs.Poll, cs.IdleWindow, cs.Activity, seed)
+	for _, mech := range []string{priority.MechFreezer, priority.MechInterception} {
+		cs.Mechanism = mech
+		r, err := priority.RunCardSim(context.Background(), cs)
 		if err != nil {
-			return err
+			return fmt.Errorf("%s: %w", mech, err)
 		}
-		defer os.RemoveAll(dir)
-		s, err := priority.NewSim(dir, l.version, l.systemd)
-		if err != nil {
-			return err
-		}
-		cfg, err := s.Config(poll, idle)
-		if err != nil {
-			return err
-		}
-		m, err := priority.Measure(context.Background(), s, cfg, cycles, busyFor, idleFor)
-		if err != nil {
-			return fmt.Errorf("%s: %w", l.name, err)
-		}
-		fmt.Printf("%s\n  suspend (online busy → both offline cgroups frozen): %s\n", l.name, priority.Summary(m.Suspend))
-		fmt.Printf("  resume  (online idle → both offline cgroups thawed): %s\n", priority.Summary(m.Resume))
-		fmt.Printf("  frozen samples while online idle: %d; general pod touched: %v\n", m.FrozenWhileIdle, m.GeneralTouched)
+		fmt.Printf("%s thaws-while-busy %d suspend-p99 %s resume-p99 %s (busy phases %d, not suspended in time %d, capped %d; suspend p50 %s, resume p50 %s; offline share of the card %.1f%%)\n",
+			mech, r.ThawsWhileBusy, p(r.Suspend, 0.99), p(r.Resume, 0.99),
+			r.Episodes, r.Missed, r.Capped, p(r.Suspend, 0.5), p(r.Resume, 0.5), 100*r.OfflineShare)
 	}
 	return nil
+}
+
+func ms(d time.Duration) string { return d.Round(time.Millisecond).String() }
+
+// p returns the q-quantile of ds, or "none" when nothing was measured.
+func p(ds []time.Duration, q float64) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	return ms(priority.Percentile(ds, q))
 }

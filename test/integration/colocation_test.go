@@ -159,13 +159,14 @@ func suspended(t *testing.T, cs kubernetes.Interface, name string) bool {
 	return ok
 }
 
-// fakeFreezeFile finds the offline pod's freeze file in the node's fake
-// cgroup tree, once the agent has made it.
+// fakeFreezeFile finds the freeze file of the offline pod's GPU container
+// in the node's fake cgroup tree, once the agent has made it.
 func fakeFreezeFile(t *testing.T, n *harness.ClusterNode, uid string) string {
 	t.Helper()
 	var file string
 	waitUntil(t, "the offline pod's fake cgroup", 5*time.Second, func() bool {
-		matches, _ := filepath.Glob(filepath.Join(n.FakeCgroupRoot(), "kubepods.slice", "*", "*"+strings.ReplaceAll(uid, "-", "_")+".slice", "cgroup.freeze"))
+		// The GPU container's cgroup: the controller freezes containers, never the pod.
+		matches, _ := filepath.Glob(filepath.Join(n.FakeCgroupRoot(), "kubepods.slice", "*", "*"+strings.ReplaceAll(uid, "-", "_")+".slice", "*.scope", "cgroup.freeze"))
 		if len(matches) == 1 {
 			file = matches[0]
 		}

@@ -1,0 +1,128 @@
+package cgroup
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Drivers of the kubelet's cgroup manager.
+const (
+	DriverSystemd  = "systemd"
+	DriverCgroupfs = "cgroupfs"
+)
+
+// Kubelet says where the kubelet puts pod cgroups: its cgroupRoot
+// (--cgroup-root) and cgroupDriver (--cgroup-driver). The zero value is the
+// kubelet's default root with either driver tried (systemd first).
+type Kubelet struct {
+	// CgroupRoot as the kubelet takes it: "" or "/" for the default, a
+	// cgroupfs path ("/custom/pods") or a systemd slice ("/custom.slice",
+	// "/a.slice/a-b.slice").
+	CgroupRoot string
+	Driver     string // DriverSystemd, DriverCgroupfs, or "" for both
+}
+
+// Validate checks the driver and the root.
+func (k Kubelet) Validate() error {
+	switch k.Driver {
+	case "", DriverSystemd, DriverCgroupfs:
+	default:
+		return fmt.Errorf("kubelet cgroup driver %q: must be %q or %q", k.Driver, DriverSystemd, DriverCgroupfs)
+	}
+	if k.CgroupRoot != "" && !strings.HasPrefix(k.CgroupRoot, "/") {
+		return fmt.Errorf("kubelet cgroup root %q: must be absolute", k.CgroupRoot)
+	}
+	if strings.Contains(k.CgroupRoot, "..") {
+		return fmt.Errorf("kubelet cgroup root %q: must not contain \"..\"", k.CgroupRoot)
+	}
+	return nil
+}
+
+// ReadKubeletConfig reads cgroupRoot and cgroupDriver from a kubelet
+// configuration file (KubeletConfiguration, /var/lib/kubelet/config.yaml).
+// Fields it lacks keep the kubelet's defaults (root "/", driver cgroupfs).
+func ReadKubeletConfig(path string) (Kubelet, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Kubelet{}, fmt.Errorf("reading the kubelet configuration: %w", err)
+	}
+	var cfg struct {
+		Kind         string `json:"kind"`
+		CgroupRoot   string `json:"cgroupRoot"`
+		CgroupDriver string `json:"cgroupDriver"`
+	}
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return Kubelet{}, fmt.Errorf("kubelet configuration %s: %w", path, err)
+	}
+	if cfg.Kind != "KubeletConfiguration" {
+		return Kubelet{}, fmt.Errorf("kubelet configuration %s: kind %q, want KubeletConfiguration", path, cfg.Kind)
+	}
+	k := Kubelet{CgroupRoot: cfg.CgroupRoot, Driver: cfg.CgroupDriver}
+	if k.Driver == "" {
+		k.Driver = DriverCgroupfs // the kubelet's default
+	}
+	if err := k.Validate(); err != nil {
+		return Kubelet{}, fmt.Errorf("kubelet configuration %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// rootNames turns the cgroup root into the kubelet's cgroup name
+// components: "/a/b" and "/a.slice/a-b.slice" are both [a b].
+func (k Kubelet) rootNames() []string {
+	root := strings.Trim(k.CgroupRoot, "/")
+	if root == "" {
+		return nil
+	}
+	parts := strings.Split(root, "/")
+	if last := parts[len(parts)-1]; strings.HasSuffix(last, ".slice") {
+		return strings.Split(strings.TrimSuffix(last, ".slice"), "-")
+	}
+	return parts
+}
+
+func (k Kubelet) drivers() []bool { // systemd?
+	switch k.Driver {
+	case DriverSystemd:
+		return []bool{true}
+	case DriverCgroupfs:
+		return []bool{false}
+	}
+	return []bool{true, false}
+}
+
+// podPath is the pod's cgroup path relative to the hierarchy, as the
+// kubelet names it: cgroupfs joins the names ("kubepods/burstable/pod<uid>"),
+// systemd nests slices whose names repeat their parents'
+// ("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice").
+func (k Kubelet) podPath(qos, uid string, systemd bool) string {
+	names := append(k.rootNames(), "kubepods")
+	if qos != "" {
+		names = append(names, qos)
+	}
+	if !systemd {
+		return filepath.Join(append(names, "pod"+uid)...)
+	}
+	names = append(names, "pod"+strings.ReplaceAll(uid, "-", "_"))
+	var out []string
+	for i := range names {
+		out = append(out, strings.Join(names[:i+1], "-")+".slice")
+	}
+	return filepath.Join(out...)
+}
+
+// PodDirCandidates lists, relative to the hierarchy, where this kubelet
+// may have put the pod's cgroup, for each QoS class.
+func (k Kubelet) PodDirCandidates(uid string) []string {
+	var out []string
+	for _, systemd := range k.drivers() {
+		for _, qos := range qosClasses {
+			out = append(out, k.podPath(qos, uid, systemd))
+		}
+	}
+	return out
+}

@@ -1,0 +1,186 @@
+package hamiregion
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+const gpu0 = "GPU-0b7e3c1a-5d2f-4c8e-9a1b-2c3d4e5f6a7b"
+
+func image() Image {
+	return Image{UUIDs: []string{gpu0}, SMLimit: []uint64{30},
+		Procs:             []Proc{{PID: 7, HostPID: 4242, Status: 1}, {PID: 9, HostPID: 0, Status: 1}},
+		UtilizationSwitch: 1, RecentKernel: 2, Priority: 1, LastKernelTime: 1_700_000_000}
+}
+
+// TestLayoutOffsets pins the offsets to what the C compiler gives
+// shared_region_t (checked by hand against multiprocess_memory_limit.h).
+func TestLayoutOffsets(t *testing.T) {
+	for name, got := range map[string]int{"device_num": offDeviceNum, "limit": offLimit, "sm_limit": offSMLimit,
+		"procs": offProcs, "proc_num": offProcNum, "utilization_switch": offUtilSwitch,
+		"recent_kernel": offRecent, "last_kernel_time": offLastKernel, "size": Size} {
+		want := map[string]int{"device_num": 56, "limit": 1600, "sm_limit": 1728, "procs": 1856,
+			"proc_num": 2008896, "utilization_switch": 2008900, "recent_kernel": 2008904,
+			"last_kernel_time": 2008912, "size": 2008952}[name]
+		if got != want {
+			t.Errorf("%s at %d, want %d", name, got, want)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, v := range Known {
+		im := image()
+		im.Version = v
+		got, err := Parse(im.Bytes())
+		if err != nil {
+			t.Fatalf("%s: %v", v, err)
+		}
+		want := Snapshot{Version: v, UUIDs: im.UUIDs, SMLimit: im.SMLimit, Procs: im.Procs,
+			UtilizationSwitch: 1, RecentKernel: 2, Priority: 1, LastKernelTime: im.LastKernelTime}
+		if d := cmp.Diff(want, got); d != "" {
+			t.Errorf("%s (-want +got):\n%s", v, d)
+		}
+	}
+}
+
+func TestRefused(t *testing.T) {
+	good := image().Bytes()
+	with := func(f func(b []byte)) []byte { b := append([]byte(nil), good...); f(b); return b }
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"empty", nil, ErrShort},
+		{"torn: cut after the header", good[:offProcs+10], ErrShort},
+		{"torn: one byte short", good[:Size-1], ErrShort},
+		{"not initialised yet (magic 0)", with(func(b []byte) { le.PutUint32(b, 0) }), ErrMagic},
+		{"garbled magic", with(func(b []byte) { copy(b, "garbage!") }), ErrMagic},
+		{"unknown version 2.0", Image{Version: Version{2, 0}}.Bytes(), ErrUnknownLayout},
+		{"unknown version 1.0", Image{Version: Version{1, 0}}.Bytes(), ErrUnknownLayout},
+		{"unknown version 1.3", Image{Version: Version{1, 3}}.Bytes(), ErrUnknownLayout},
+		{"device_num 17", with(func(b []byte) { le.PutUint64(b[offDeviceNum:], 17) }), ErrCorrupt},
+		{"proc_num -1", with(func(b []byte) { le.PutUint32(b[offProcNum:], 0xffffffff) }), ErrCorrupt},
+		{"proc_num 1025", with(func(b []byte) { le.PutUint32(b[offProcNum:], 1025) }), ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Parse(tc.data); !errors.Is(err, tc.want) {
+				t.Errorf("Parse: %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCanThrottleAndAlive(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sw       int32
+		limit    uint64
+		throttle bool
+	}{{"limit 30 switch on", 1, 30, true}, {"switch off", 0, 30, false},
+		{"no limit", 1, 0, false}, {"limit 100", 1, 100, false}} {
+		s := Snapshot{UtilizationSwitch: tc.sw, SMLimit: []uint64{tc.limit}}
+		if s.CanThrottle() != tc.throttle {
+			t.Errorf("%s: CanThrottle = %v", tc.name, !tc.throttle)
+		}
+	}
+	dead := func(int32) bool { return false }
+	stale := Snapshot{Procs: []Proc{{PID: 7, HostPID: 4242}}}
+	if stale.Alive(dead) {
+		t.Error("a region whose only process is dead is alive")
+	}
+	if !(Snapshot{Procs: []Proc{{PID: 7}}}).Alive(dead) {
+		t.Error("a process whose host PID is not known yet must count as alive")
+	}
+	if (Snapshot{}).Alive(func(int32) bool { return true }) {
+		t.Error("a region without processes is alive")
+	}
+}
+
+func TestFileWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cudevshr.cache")
+	im := image()
+	im.RecentKernel = 0
+	if err := im.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if ok, err := f.Launch(); !ok || err != nil {
+		t.Fatalf("Launch on an unblocked region: %v %v", ok, err)
+	}
+	if s, _ := f.Read(); s.RecentKernel != RecentKernelLaunched {
+		t.Errorf("recent_kernel after a launch = %d", s.RecentKernel)
+	}
+	if err := f.SetRecentKernel(RecentKernelBlocked); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := f.Launch(); ok || err != nil {
+		t.Errorf("Launch on a blocked region went through: %v %v", ok, err)
+	}
+	if err := f.SetUtilizationSwitch(0); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := f.Read(); s.UtilizationSwitch != 0 || s.RecentKernel != RecentKernelBlocked {
+		t.Errorf("after writes: %+v", s)
+	}
+	// The container replaced its region with an unknown layout: no write.
+	if err := (Image{Version: Version{9, 9}}).WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetRecentKernel(0); !errors.Is(err, ErrUnknownLayout) {
+		t.Errorf("write into an unknown layout: %v", err)
+	}
+	// Truncated (torn) under the reader: refused, and no write grows it back.
+	if err := os.Truncate(path, 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Read(); !errors.Is(err, ErrShort) {
+		t.Errorf("read of a truncated region: %v", err)
+	}
+	if err := f.SetRecentKernel(0); err == nil {
+		t.Error("write into a truncated region succeeded")
+	}
+	if fi, _ := os.Stat(path); fi.Size() != 100 {
+		t.Errorf("the write changed the truncated file's size to %d", fi.Size())
+	}
+	if _, err := Open(filepath.Join(t.TempDir(), "missing")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Open of a missing file: %v", err)
+	}
+}
+
+// FuzzParse: any bytes either parse into a snapshot within the layout's
+// bounds or are refused with one of the package's errors; never a panic.
+func FuzzParse(f *testing.F) {
+	good := image().Bytes()
+	f.Add(good[:offProcs+64], good[offProcNum:])
+	f.Add([]byte{}, []byte{0xff, 0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, prefix, tail []byte) {
+		// The fuzzer mutates the header, the first slot and the switches
+		// (proc_num first); the rest is a valid region.
+		data := image().Bytes()
+		copy(data, prefix)
+		copy(data[offProcNum:], tail)
+		if len(prefix) > Size {
+			data = prefix
+		}
+		s, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrShort) && !errors.Is(err, ErrMagic) && !errors.Is(err, ErrUnknownLayout) && !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("unexpected error %v", err)
+			}
+			return
+		}
+		if len(s.UUIDs) > MaxDevices || len(s.Procs) > MaxProcs || !known(s.Version) {
+			t.Fatalf("out of bounds: %d devices, %d procs, %s", len(s.UUIDs), len(s.Procs), s.Version)
+		}
+	})
+}

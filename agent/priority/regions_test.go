@@ -1,0 +1,151 @@
+package priority
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
+	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
+)
+
+// interceptionHarness is a harness whose pods have HAMi-core regions;
+// edit may spoil them before the controller starts.
+func interceptionHarness(t *testing.T, edit func(s *Sim, paths map[string]string)) (*harness, map[string]string) {
+	t.Helper()
+	var paths map[string]string
+	h := newHarness(t, cgroup.V2, true, nvmlPeriod, func(c *Config) {
+		c.RegionRoot = filepath.Join(t.TempDir(), "regions")
+	})
+	var err error
+	if paths, err = h.s.EnableRegions(h.c.cfg.RegionRoot); err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(h.s, paths)
+	}
+	h.run(DefaultGrantsEvery+poll, nil) // a grants refresh finds the regions
+	return h, paths
+}
+
+func region(t *testing.T, path string) hamiregion.Snapshot {
+	t.Helper()
+	f, err := hamiregion.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := f.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// launch is the online container launching a kernel through the library.
+func launch(t *testing.T, path string) {
+	t.Helper()
+	f, err := hamiregion.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Launch(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInterception: an online launch blocks the offline containers'
+// launches at the next poll (no cgroup frozen); they are let go idle after
+// the last online launch, within a poll more; the switch is restored.
+func TestInterception(t *testing.T) {
+	h, paths := interceptionHarness(t, nil)
+	blocked := func(uid string) bool { return region(t, paths[uid]).RecentKernel == hamiregion.RecentKernelBlocked }
+	launch(t, paths[SimOnline])
+	h.run(poll, nil)
+	if !blocked(SimOffline1) || !blocked(SimOffline2) {
+		t.Fatal("offline pods not blocked a poll after an online launch")
+	}
+	if s := region(t, paths[SimOffline1]); s.UtilizationSwitch != 1 {
+		t.Errorf("blocked region's switch %d: the library would not check the block", s.UtilizationSwitch)
+	}
+	// Launches every 50 ms for a second: never let go in between.
+	for range 20 {
+		launch(t, paths[SimOnline])
+		h.run(50*time.Millisecond, func() {
+			if !blocked(SimOffline1) || !blocked(SimOffline2) {
+				t.Fatal("offline pods let go while the online pod launches")
+			}
+		})
+	}
+	last := h.s.Now.Add(-50 * time.Millisecond) // the poll that saw the last launch
+	d := h.until(func() bool { return !blocked(SimOffline1) && !blocked(SimOffline2) }, time.Second, "release")
+	if gone := h.s.Now.Sub(last); gone < idle || gone > idle+poll {
+		t.Errorf("released %s after the last launch was seen (waited %s), want [%s, %s]", gone, d, idle, idle+poll)
+	}
+	if s := region(t, paths[SimOffline1]); s.UtilizationSwitch != 0 {
+		t.Errorf("switch not restored: %d", s.UtilizationSwitch)
+	}
+	if h.s.Frozen(SimOffline1) || h.s.Frozen(SimOffline2) || h.s.SidecarFrozen(SimOffline1) {
+		t.Error("a cgroup was frozen although the interception layer held the pods")
+	}
+}
+
+// TestInterceptionFallback: a region the controller does not trust leaves
+// that pod to the freezer (unknown version, torn file); a stale online
+// region (its process is dead) leaves activity to NVML.
+func TestInterceptionFallback(t *testing.T) {
+	h, paths := interceptionHarness(t, func(s *Sim, paths map[string]string) {
+		if err := (hamiregion.Image{Version: hamiregion.Version{Major: 1, Minor: 9}}).WriteFile(paths[SimOffline1]); err != nil {
+			t.Fatal(err)
+		}
+		data, _ := os.ReadFile(paths[SimOffline2])
+		os.WriteFile(paths[SimOffline2], data[:4096], 0o644) // torn
+		// The online region's only process is dead (no /proc/<host pid>), its last launch left behind.
+		stale := hamiregion.Image{UUIDs: []string{simCard0}, SMLimit: []uint64{50}, UtilizationSwitch: 1,
+			RecentKernel: hamiregion.RecentKernelLaunched, Procs: []hamiregion.Proc{{PID: 1, HostPID: 99999, Status: 1}}}
+		if err := stale.WriteFile(paths[SimOnline]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if p := h.c.pods[SimOffline1]; p.mech != MechFreezer {
+		t.Errorf("unknown layout: mechanism %s", p.mech)
+	}
+	if p := h.c.pods[SimOffline2]; p.mech != MechFreezer {
+		t.Errorf("torn region: mechanism %s", p.mech)
+	}
+	launch(t, paths[SimOnline]) // a stale region's launch must not count
+	h.run(5*poll, nil)
+	if h.s.Frozen(SimOffline1) {
+		t.Error("a stale online region's launch froze the offline pods")
+	}
+	h.s.SetOnlineBusy(true) // NVML sees the online pod busy
+	h.until(h.frozen, time.Second, "NVML activity, freezer")
+}
+
+// TestRecoverBlocked: a previous agent was SIGKILLed while it held an
+// offline pod's launches: the next one unblocks them at start.
+func TestRecoverBlocked(t *testing.T) {
+	h, paths := interceptionHarness(t, nil)
+	launch(t, paths[SimOnline])
+	h.run(poll, nil)
+	if region(t, paths[SimOffline1]).RecentKernel != hamiregion.RecentKernelBlocked {
+		t.Fatal("not blocked")
+	}
+	// A new controller on the same node (the old one vanished without thawAll).
+	cfg := h.c.cfg
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.start(h.ctx, h.s.Now); err != nil {
+		t.Fatal(err)
+	}
+	defer c.thawAll(h.ctx)
+	for _, uid := range []string{SimOffline1, SimOffline2} {
+		if region(t, paths[uid]).RecentKernel < 0 {
+			t.Errorf("pod %s left blocked after a restart", uid)
+		}
+	}
+}
