@@ -172,3 +172,43 @@ func TestAmount(t *testing.T) {
 		}
 	}
 }
+
+// AssignmentOf trusts only an assignment made for this pod and for this
+// node, on a pod bound to this node.
+func TestAssignmentOf(t *testing.T) {
+	reassign := func(name string, edit func(p *v1.Pod, a *protocol.Assignment)) *v1.Pod {
+		p := general(name, 0, 4, 30, 0)
+		a, err := AssignmentOf(p, testNode)
+		if err != nil {
+			t.Fatal(err)
+		}
+		edit(p, a)
+		setAssignment(p, a)
+		return p
+	}
+	for _, tt := range []struct {
+		name string
+		pod  *v1.Pod
+		want string // part of the error; "" for trusted
+	}{
+		{"made for this pod and node", general("ok", 0, 4, 30, 0), ""},
+		{"another pod's UID", reassign("uid", func(_ *v1.Pod, a *protocol.Assignment) { a.PodUID = "uid-other" }), "was made for pod UID"},
+		{"assignment for another node, pod bound here", reassign("node", func(_ *v1.Pod, a *protocol.Assignment) { a.Node = "n2" }), `is for node "n2"`},
+		{"pod bound to another node", reassign("bound", func(p *v1.Pod, a *protocol.Assignment) { p.Spec.NodeName, a.Node = "n2", "n2" }), `pod is bound to "n2"`},
+		{"no annotation", func() *v1.Pod {
+			p := general("none", 0, 4, 30, 0)
+			delete(p.Annotations, protocol.AnnotationAssignment)
+			return p
+		}(), "no " + protocol.AnnotationAssignment},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := AssignmentOf(tt.pod, testNode)
+			switch {
+			case tt.want == "" && (err != nil || a == nil):
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("got %v, %v; want an error with %q", a, err, tt.want)
+			}
+		})
+	}
+}

@@ -48,6 +48,10 @@ func TestObserverPeak(t *testing.T) {
 	other := placed("e", "other", 10, 30, 0, 0) // not a node of the run
 	done := b.DeepCopy()
 	done.Status.Phase = corev1.PodSucceeded
+	failed := b.DeepCopy()
+	failed.Status.Phase = corev1.PodFailed
+	onB := placed("f", "t4-b", 10, 30, 0, 0)
+	onB2 := placed("g", "t4-b", 10, 30, 0, 0)
 	deleting := b.DeepCopy()
 	deleting.DeletionTimestamp = &metav1.Time{}
 	unbound := b.DeepCopy()
@@ -61,6 +65,8 @@ func TestObserverPeak(t *testing.T) {
 		{"second pod over memory, deleted a moment later", []step{{nil, a, 0}, {nil, b, 1}, {b, nil, 0}}, 1},
 		{"a pod being deleted still holds", []step{{nil, a, 0}, {nil, deleting, 1}}, 1},
 		{"a terminal pod frees its slices", []step{{nil, a, 0}, {nil, b, 1}, {b, done, 0}}, 1},
+		{"a failed pod frees its slices", []step{{nil, a, 0}, {nil, b, 1}, {b, failed, 0}}, 1},
+		{"cards of two nodes over at one moment", []step{{nil, a, 0}, {nil, b, 1}, {nil, onB, 1}, {nil, onB2, 2}, {b, nil, 1}}, 2},
 		{"a pod not bound holds nothing", []step{{nil, a, 0}, {nil, unbound, 0}}, 0},
 		{"grant on another card than assigned", []step{{nil, a, 0}, {nil, c, 1}, {c, c1, 0}}, 1},
 		{"cores over 100", []step{{nil, c1, 0}, {nil, d, 1}}, 1},
@@ -69,7 +75,7 @@ func TestObserverPeak(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o, err := newObserver([]harness.NodeSpec{{Name: "t4", Cards: "2xT4"}})
+			o, err := newObserver([]harness.NodeSpec{{Name: "t4", Cards: "2xT4"}, {Name: "t4-b", Cards: "1xT4"}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,5 +102,33 @@ func TestObserverPeak(t *testing.T) {
 func TestObserverRefusesBadSpec(t *testing.T) {
 	if _, err := newObserver([]harness.NodeSpec{{Name: "n", Cards: "2xNoSuchCard"}}); err == nil {
 		t.Fatal("want an error for an unknown card model")
+	}
+}
+
+// Settling waits for the agent's grant of every pod that holds slices, and
+// not for pods that ended (an admission the kubelet refused leaves a failed
+// pod without a grant).
+func TestObserverWaitsForGrants(t *testing.T) {
+	o, err := newObserver([]harness.NodeSpec{{Name: "t4", Cards: "2xT4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := placed("a", "t4", 4, 30, 0, -1) // assigned, not granted yet
+	o.podChanged(nil, pending)
+	if n := o.ungranted(); n != 1 {
+		t.Fatalf("%d pods waiting for a grant, want 1", n)
+	}
+	for _, phase := range []corev1.PodPhase{corev1.PodFailed, corev1.PodSucceeded} {
+		ended := pending.DeepCopy()
+		ended.Status.Phase = phase
+		o.podChanged(pending, ended)
+		if n := o.ungranted(); n != 0 {
+			t.Errorf("%s: %d pods waiting for a grant, want 0", phase, n)
+		}
+		o.podChanged(ended, pending)
+	}
+	o.podChanged(pending, placed("a", "t4", 4, 30, 0, 0))
+	if n := o.ungranted(); n != 0 {
+		t.Errorf("granted: %d pods waiting, want 0", n)
 	}
 }
