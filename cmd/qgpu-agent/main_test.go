@@ -155,7 +155,8 @@ func agentArgs(t *testing.T, path string) []string {
 }
 
 // TestJSONLogs runs the agent's main with --logging-format=json and a
-// kubeconfig that does not exist: the failure is logged as one JSON object.
+// kubeconfig that does not exist: the failure is logged as a JSON entry,
+// then printed as the plain last line.
 func TestJSONLogs(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "--logging-format=json", "--node-name=n1",
 		"--kubeconfig="+filepath.Join(t.TempDir(), "missing"), "--fake-cards=1xT4")
@@ -167,16 +168,20 @@ func TestJSONLogs(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
 		t.Fatalf("exit: %v, stderr %s", err, stderr.String())
 	}
-	line := strings.TrimSpace(stderr.String())
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	var entry struct {
 		Msg string `json:"msg"`
 		Err string `json:"err"`
 	}
-	if err := json.Unmarshal([]byte(line), &entry); err != nil {
-		t.Fatalf("stderr is not one JSON log entry: %q: %v", line, err)
+	if err := json.Unmarshal([]byte(lines[0]), &entry); err != nil {
+		t.Fatalf("the first line is not a JSON log entry: %q: %v", lines[0], err)
 	}
-	if entry.Msg != "command failed" || !strings.Contains(entry.Err, "missing") {
+	if entry.Msg != "The agent failed" || !strings.Contains(entry.Err, "missing") {
 		t.Errorf("log entry %+v", entry)
+	}
+	// The plain last words test/harness looks for.
+	if last := lines[len(lines)-1]; len(lines) != 2 || !strings.HasPrefix(last, "qgpu-agent: kubernetes client config") {
+		t.Errorf("stderr %q: want the JSON entry, then qgpu-agent: <error>", lines)
 	}
 }
 
