@@ -1,10 +1,11 @@
-// Package priority is the agent's online/offline controller (DESIGN §6, seed
-// 003): per card, while any online pod's process is busy on the GPU, the
+// Package priority is the agent's online/offline controller
+// (docs/design.md#online-and-offline-pods-at-run-time): per card, while any
+// online pod's process is busy on the GPU, the
 // card's offline pods are frozen (cgroup freezer); they are thawed once the
 // online pods have been idle for Config.Idle. Under the fixed-share policy the
 // offline pods of a card also take turns in proportion to their
 // qgpu-core-greedy. General pods are never touched. See README.md for what
-// this guarantees, and what it cannot, compared with seed 003's driver.
+// this guarantees, and what it cannot, compared with Tencent qGPU's driver.
 package priority
 
 import (
@@ -25,7 +26,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultPoll          = 10 * time.Millisecond
-	DefaultIdle          = 100 * time.Millisecond // seed 003's release delay
+	DefaultIdle          = 100 * time.Millisecond // Tencent qGPU's release delay
 	DefaultGrantsEvery   = 500 * time.Millisecond
 	DefaultEventInterval = time.Minute
 )
