@@ -167,10 +167,17 @@ bench-throughput:
 	@mkdir -p _output
 	$(GO) run ./test/bench/throughput $(if $(filter large,$(SIZE)),--nodes 5000 --pods 20000 --rounds 2,--nodes 500 --pods 4000) 2>_output/bench-throughput.log
 
-# The FGD paper's trace replay, every policy, both modes; CSV and plot in _output/replay.
-TRACES ?= ../shared/traces
-REPLAY_FLAGS = --nodes $(TRACES)/openb_node_list_gpu_node.csv --pods $(TRACES)/openb_pod_list_default.csv --policy all --seeds 42-51 --out _output/replay
+# The FGD paper's trace replay, every policy, both modes; CSV and plot in
+# _output/replay (docs/performance.md). hack/fetch-traces.sh fetches the
+# public trace (alibaba/clusterdata, a pinned commit, checked by SHA-256)
+# into _output/traces; TRACES=<dir> uses a copy of those files instead (checked,
+# never overwritten). REPLAY_SEEDS=42 for a short run.
+TRACES ?=
+TRACE_DIR = $(or $(TRACES),_output/traces)
+REPLAY_SEEDS ?= 42-51
+REPLAY_FLAGS = --nodes $(TRACE_DIR)/openb_node_list_gpu_node.csv --pods $(TRACE_DIR)/openb_pod_list_default.csv --policy all --seeds $(REPLAY_SEEDS) --out _output/replay
 replay:
+	@FETCH_TRACES=$(if $(TRACES),0,1) hack/fetch-traces.sh $(TRACE_DIR)
 	$(GO) run ./test/replay $(REPLAY_FLAGS) --mode paper
 	$(GO) run ./test/replay $(REPLAY_FLAGS) --mode qgpu
 

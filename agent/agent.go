@@ -1,5 +1,5 @@
 // Package agent wires the qgpu-agent together: store, card discovery,
-// inventory, device plugins, health, reconcile and metrics (DESIGN §1, §4, §6).
+// inventory, device plugins, health, reconcile and metrics (docs/design.md).
 package agent
 
 import (

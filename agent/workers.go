@@ -6,6 +6,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -118,19 +119,22 @@ func (p *publisher) run(ctx context.Context) {
 	}
 }
 
+// retryBase is the wait after a first failed write; it doubles per attempt.
+var retryBase = 200 * time.Millisecond
+
+// retry calls f up to attempts times, retryBase apart and doubling, and
+// returns f's last error (ctx's if ctx ended before the first call).
 func retry(ctx context.Context, attempts int, f func() error) error {
 	var err error
-	for i := range attempts {
+	backoff := wait.Backoff{Duration: retryBase, Factor: 2, Steps: attempts}
+	waitErr := wait.ExponentialBackoffWithContext(ctx, backoff, func(context.Context) (bool, error) {
+		err = f()
 		// A pod that is gone stays gone: retrying would only hold up the
 		// writes queued behind it.
-		if err = f(); err == nil || ctx.Err() != nil || apierrors.IsNotFound(err) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(time.Duration(200<<i) * time.Millisecond):
-		}
+		return err == nil || apierrors.IsNotFound(err), nil
+	})
+	if err == nil {
+		return waitErr
 	}
 	return err
 }

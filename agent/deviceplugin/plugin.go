@@ -12,6 +12,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
@@ -94,21 +95,21 @@ func (p *Plugin) Serve(ctx context.Context) error {
 
 // confirm calls GetDevicePluginOptions over the socket, as the kubelet will.
 func confirm(ctx context.Context, socket string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
 	conn, err := dial(socket)
 	if err != nil {
 		return err
 	}
 	defer conn.Close()
-	for {
-		_, err = pluginapi.NewDevicePluginClient(conn).GetDevicePluginOptions(ctx, &pluginapi.Empty{})
-		if err == nil || ctx.Err() != nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	client := pluginapi.NewDevicePluginClient(conn)
+	var callErr error
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 5*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, callErr = client.GetDevicePluginOptions(ctx, &pluginapi.Empty{})
+		return callErr == nil, nil
+	})
 	if err != nil {
+		if callErr != nil {
+			err = callErr
+		}
 		return fmt.Errorf("plugin socket %s does not answer: %w", socket, err)
 	}
 	return nil

@@ -1,5 +1,6 @@
 // Package enforce turns a container's slice into what the kubelet puts into
-// the container (environment, mounts): the enforcement backends of DESIGN §6.
+// the container (environment, mounts): the enforcement backends of
+// docs/design.md#enforcement-on-the-node.
 // See README.md for what each backend really guarantees.
 package enforce
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 )
 
@@ -96,7 +98,7 @@ func (d *MPSDaemons) env(m *mpsDaemon) []string {
 func (d *MPSDaemons) supervise(m *mpsDaemon) {
 	defer d.wg.Done()
 	logger := d.Logger.WithValues("card", m.uuid)
-	backoff := d.MinBackoff
+	delays := newRestartDelays(d.MinBackoff, d.MaxBackoff)
 	for {
 		started := time.Now()
 		err := d.runOnce(m)
@@ -105,17 +107,33 @@ func (d *MPSDaemons) supervise(m *mpsDaemon) {
 			return
 		default:
 		}
-		if time.Since(started) > d.MaxBackoff {
-			backoff = d.MinBackoff // it ran well for a while: start over
-		}
-		logger.Error(err, "MPS control daemon exited; restarting", "after", backoff)
+		delay := delays.next(time.Since(started))
+		logger.Error(err, "MPS control daemon exited; restarting", "after", delay)
 		select {
 		case <-m.stop:
 			return
-		case <-time.After(backoff):
+		case <-time.After(delay):
 		}
-		backoff = min(2*backoff, d.MaxBackoff)
 	}
+}
+
+// restartDelays is a crash-loop backoff: min, doubling up to max, and back
+// to min after a run that lasted longer than max (it ran well for a while).
+type restartDelays struct {
+	initial, current wait.Backoff
+}
+
+func newRestartDelays(minDelay, maxDelay time.Duration) *restartDelays {
+	b := wait.Backoff{Duration: minDelay, Factor: 2, Cap: maxDelay, Steps: math.MaxInt32}
+	return &restartDelays{initial: b, current: b}
+}
+
+// next returns the delay before the restart of a run that lasted ran.
+func (r *restartDelays) next(ran time.Duration) time.Duration {
+	if ran > r.initial.Cap {
+		r.current = r.initial
+	}
+	return r.current.Step()
 }
 
 func (d *MPSDaemons) runOnce(m *mpsDaemon) error {

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -122,5 +123,22 @@ func TestMPSDaemonsMissingBinary(t *testing.T) {
 	defer d.Stop()
 	if _, err := d.PipeDir("GPU-a"); err == nil || !strings.Contains(err.Error(), "--mps-control-bin") {
 		t.Errorf("missing binary: %v", err)
+	}
+}
+
+// The restart delays of a crashing MPS daemon: min, doubling, capped at max,
+// and min again after a run longer than max.
+func TestRestartDelays(t *testing.T) {
+	r := newRestartDelays(time.Second, time.Minute)
+	short, long := time.Millisecond, 2*time.Minute
+	var got []time.Duration
+	for range 8 {
+		got = append(got, r.next(short))
+	}
+	got = append(got, r.next(long), r.next(short))
+	s := time.Second
+	want := []time.Duration{s, 2 * s, 4 * s, 8 * s, 16 * s, 32 * s, time.Minute, time.Minute, s, 2 * s}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("delays %v, want %v", got, want)
 	}
 }

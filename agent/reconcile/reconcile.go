@@ -11,6 +11,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
@@ -52,18 +53,13 @@ type Result struct {
 // Run reconciles now and then every interval until ctx ends.
 func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 	logger := klog.FromContext(ctx)
-	for {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if res, err := r.Once(ctx); err != nil {
 			logger.Error(err, "Reconcile pass failed")
 		} else if res != (Result{}) {
 			logger.Info("Reconciled", "dropped", res.Dropped, "moved", res.Moved, "unknown", res.Unknown, "written", res.Written, "rewritten", res.Rewritten)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(interval):
-		}
-	}
+	}, interval)
 }
 
 // Once runs one pass.

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -204,5 +205,36 @@ func TestOnceDropsTerminalPods(t *testing.T) {
 				t.Errorf("%d records left, want the running pod's 2", len(grants))
 			}
 		})
+	}
+}
+
+// countingPods fails every Fresh read and cancels the run after the third.
+type countingPods struct {
+	calls  int
+	cancel context.CancelFunc
+}
+
+func (c *countingPods) Cached() ([]*v1.Pod, error) { return nil, nil }
+
+func (c *countingPods) Fresh(context.Context) ([]*v1.Pod, error) {
+	c.calls++
+	if c.calls == 3 {
+		c.cancel()
+	}
+	return nil, errors.New("apiserver down")
+}
+
+// Run passes at once, again every interval whether or not a pass failed,
+// and returns when ctx ends.
+func TestRunRepeatsUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	src := &countingPods{cancel: cancel}
+	r := &Reconciler{Node: "n1", Pods: src}
+	done := make(chan struct{})
+	go func() { r.Run(ctx, time.Millisecond); close(done) }()
+	<-done // a Run that ignored ctx would hang here until go test's timeout
+	if src.calls != 3 {
+		t.Errorf("passes %d, want 3 (the third cancelled the run)", src.calls)
 	}
 }

@@ -4,88 +4,32 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/component-base/cli"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register"
+	"k8s.io/component-base/term"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent"
-	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
-	"github.com/qgpu-scheduler/qgpu/agent/priority"
 	"github.com/qgpu-scheduler/qgpu/internal/version"
 )
 
-type flags struct {
-	agent.Config
-	kubeconfig      string
-	fakeCards       string
-	fakeHealthFile  string
-	metricsAddrFile string
-	version         bool
-}
-
-func parseFlags(args []string) (*flags, error) {
-	f := &flags{}
-	fs := flag.NewFlagSet("qgpu-agent", flag.ContinueOnError)
-	fs.BoolVar(&f.version, "version", false, "print the version and exit")
-	fs.StringVar(&f.DeviceRoot, "device-root", "/dev", "the host directory holding the cards' device nodes (nvidiaN, nvidiactl, ...) that Allocate passes into containers; with --fake-cards, card N is <device-root>/nvidiaN")
-	fs.StringVar(&f.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else in-cluster)")
-	fs.StringVar(&f.fakeCards, "fake-cards", "", `simulate cards instead of NVML, e.g. "4xT4", "2xA100-80G,1xT4", "2x20480MiB:MyModel"`)
-	fs.StringVar(&f.fakeHealthFile, "fake-health-file", "", "with --fake-cards: a file listing unhealthy cards, one index or UUID per line")
-	fs.StringVar(&f.FakeActivityFile, "fake-activity-file", "", "with --fake-cards: simulate a process and a cgroup for every granted pod under --cgroup-root and --proc-root (scratch directories), busy or idle as this file says, one \"<namespace>/<pod> busy|idle\" a line (agent/fakeactivity)")
-	fs.StringVar(&f.DBFile, "dbfile", "/var/lib/qgpu/meta.db", "the agent's grant store")
-	fs.StringVar(&f.DevicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
-	fs.StringVar(&f.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", `the kubelet's PodResources socket ("" to skip)`)
-	fs.StringVar(&f.Backend, "backend", enforce.NameEnv, fmt.Sprintf("enforcement backend when the node has no %s label: %v", "qgpu.io/enforcement", enforce.Names))
-	fs.StringVar(&f.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so (hami-core backend)")
-	fs.StringVar(&f.MPSRoot, "mps-root", "/var/lib/qgpu/mps", "host directory for per-card MPS pipe directories (mps backend)")
-	fs.StringVar(&f.MPSControlBin, "mps-control-bin", "nvidia-cuda-mps-control", `MPS control binary the agent runs per card when the mps backend is selected ("" : an operator runs the daemons; with --fake-cards the default is "")`)
-	fs.BoolVar(&f.PriorityController, "priority-controller", true, "freeze a card's offline pods while an online pod on it is busy (acts only on cards holding online and offline pods)")
-	fs.DurationVar(&f.PriorityPoll, "priority-poll", priority.DefaultPoll, "how often the priority controller reads the online pods' GPU activity")
-	fs.DurationVar(&f.PriorityIdle, "priority-idle", priority.DefaultIdle, "how long the online pods of a card must be idle before its offline pods resume")
-	fs.StringVar(&f.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup mount (the priority controller freezes pods under it)")
-	fs.StringVar(&f.KubeletCgroupRoot, "kubelet-cgroup-root", "", "the kubelet's --cgroup-root (\"\" or / for its default), where pod cgroups are")
-	fs.StringVar(&f.KubeletCgroupDriver, "kubelet-cgroup-driver", "", "the kubelet's --cgroup-driver: systemd, cgroupfs, or \"\" to try both")
-	fs.StringVar(&f.KubeletConfig, "kubelet-config", "", "read cgroupRoot and cgroupDriver from this kubelet configuration file (e.g. /var/lib/kubelet/config.yaml) instead of the two flags above")
-	fs.StringVar(&f.HAMiRegionRoot, "hami-region-root", "", "host directory of HAMi-core's per-container shared regions (<pod UID>_<container>/*.cache); set, offline pods whose GPU containers all have a region are suspended by holding back their kernel launches instead of the freezer")
-	fs.StringVar(&f.ProcRoot, "proc-root", "/proc", "the host's proc file system (the priority controller maps GPU processes to pods through it)")
-	fs.StringVar(&f.MetricsAddr, "metrics-addr", ":9400", `Prometheus metrics address ("" to disable)`)
-	fs.StringVar(&f.metricsAddrFile, "metrics-addr-file", "", "write the metrics address the agent bound (host:port) to this file once it runs")
-	fs.DurationVar(&f.HealthInterval, "health-interval", 5*time.Second, "how often card health is queried")
-	fs.DurationVar(&f.ReconcileInterval, "reconcile-interval", 30*time.Second, "how often grants are reconciled")
-	klogFlags := flag.NewFlagSet("klog", flag.ContinueOnError)
-	klog.InitFlags(klogFlags)
-	klogFlags.VisitAll(func(kf *flag.Flag) { fs.Var(kf.Value, kf.Name, kf.Usage) })
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	// Fake cards have no MPS to run: keep simulated nodes from refusing mps
-	// Allocate calls for want of a binary, unless one is named on purpose.
-	explicit := false
-	fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "mps-control-bin" })
-	if f.fakeCards != "" && !explicit {
-		f.MPSControlBin = ""
-	}
-	return f, nil
-}
-
 // nvmlFor returns the simulated NVML of --fake-cards, or the real library.
-func (f *flags) nvmlFor() (gonvml.Interface, error) {
+func (f *options) nvmlFor() (gonvml.Interface, error) {
 	if f.fakeCards == "" {
 		if f.fakeHealthFile != "" {
 			return nil, fmt.Errorf("--fake-health-file needs --fake-cards")
@@ -121,28 +65,63 @@ func client(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-func run(args []string, stdout io.Writer) error {
-	f, err := parseFlags(args)
-	if err != nil {
+// newCommand is the agent's command line on component-base: sectioned
+// flags, --version, the logging flags (--logging-format=json, -v) and
+// the logging feature gates, as kube-scheduler has them.
+func newCommand(o *options, stdout io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "qgpu-agent",
+		Short: "The qGPU node agent",
+		Long: `qgpu-agent discovers the node's cards (NVML, or --fake-cards), publishes
+their inventory on the Node, serves the kubelet device plugins of the qGPU
+resources and hands each container the slice the scheduler assigned it
+through an enforcement backend.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("unexpected arguments: %v", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.version {
+				_, err := fmt.Fprintln(stdout, version.String("qgpu-agent"))
+				return err
+			}
+			if err := logsapi.ValidateAndApply(o.logs, o.featureGate); err != nil {
+				return err
+			}
+			o.complete(cmd.Flags())
+			err := o.run(cmd.Context())
+			if err != nil {
+				// In the configured format (JSON for log collectors); main
+				// also prints the plain last words.
+				klog.Background().Error(err, "The agent failed")
+			}
+			return err
+		},
+	}
+	fss := o.flagSets()
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
+	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	return cmd
+}
+
+func (o *options) run(ctx context.Context) error {
+	var err error
+	if o.NVML, err = o.nvmlFor(); err != nil {
 		return err
 	}
-	if f.version {
-		_, err := fmt.Fprintln(stdout, version.String("qgpu-agent"))
+	if o.Client, err = client(o.kubeconfig); err != nil {
 		return err
 	}
-	if f.NVML, err = f.nvmlFor(); err != nil {
-		return err
-	}
-	if f.Client, err = client(f.kubeconfig); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	ctx = klog.NewContext(ctx, klog.Background().WithName("qgpu-agent"))
-	if f.metricsAddrFile != "" {
-		f.Started = func(addr net.Addr) { writeAddr(ctx, f.metricsAddrFile, addr) }
+	if o.metricsAddrFile != "" {
+		o.Started = func(addr net.Addr) { writeAddr(ctx, o.metricsAddrFile, addr) }
 	}
-	return agent.Run(ctx, f.Config)
+	return agent.Run(ctx, o.Config)
 }
 
 // writeAddr writes the bound metrics address for tools (the playground)
@@ -162,13 +141,15 @@ func writeAddr(ctx context.Context, path string, addr net.Addr) {
 }
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
-		if err == flag.ErrHelp {
-			os.Exit(0)
-		}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	cmd := newCommand(newOptions(), os.Stdout)
+	cmd.SetContext(ctx)
+	err := cli.RunNoErrOutput(cmd)
+	stop()
+	if err != nil {
+		// The last line on failure, whatever the log format: the test
+		// harness (test/harness) reports an agent that exited by it.
 		fmt.Fprintln(os.Stderr, "qgpu-agent:", err)
-		klog.Flush()
 		os.Exit(1)
 	}
-	klog.Flush()
 }

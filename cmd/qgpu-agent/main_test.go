@@ -2,14 +2,45 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	"sigs.k8s.io/yaml"
+
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
 	"github.com/qgpu-scheduler/qgpu/internal/version"
 )
+
+// mainEnv makes the test binary run the agent's main (TestJSONLogs).
+const mainEnv = "QGPU_AGENT_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(mainEnv) == "1" {
+		main()
+	}
+	os.Exit(m.Run())
+}
+
+// parseFlags parses args as the command does, without running anything.
+func parseFlags(args []string) (*options, error) {
+	o := newOptions()
+	cmd := newCommand(o, &bytes.Buffer{})
+	if err := cmd.ParseFlags(args); err != nil {
+		return nil, err
+	}
+	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
+		return nil, err
+	}
+	o.complete(cmd.Flags())
+	return o, nil
+}
 
 // --version prints the stamped version and starts nothing (no node name,
 // no kubeconfig, no NVML needed).
@@ -19,7 +50,9 @@ func TestRunVersion(t *testing.T) {
 	t.Cleanup(func() { version.Version = old })
 	t.Setenv("NODE_NAME", "")
 	var out bytes.Buffer
-	if err := run([]string{"--version"}, &out); err != nil {
+	cmd := newCommand(newOptions(), &out)
+	cmd.SetArgs([]string{"--version"})
+	if err := cmd.Execute(); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := out.String(), "qgpu-agent v1.2.3-4-gabcdef0\n"; got != want {
@@ -36,13 +69,18 @@ func TestParseFlags(t *testing.T) {
 	}
 	if f.NodeName != "from-env" || f.DBFile != "/var/lib/qgpu/meta.db" || f.DevicePluginDir != "/var/lib/kubelet/device-plugins" ||
 		f.PodResourcesSocket != "/var/lib/kubelet/pod-resources/kubelet.sock" || f.Backend != "env" || f.MetricsAddr != ":9400" ||
-		f.ReconcileInterval != 30*time.Second || !f.PriorityController || f.PriorityPoll != 10*time.Millisecond ||
-		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.MPSControlBin != "nvidia-cuda-mps-control" {
+		f.ReconcileInterval != 30*time.Second || f.HealthInterval != 5*time.Second || !f.PriorityController || f.PriorityPoll != 10*time.Millisecond ||
+		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.MPSControlBin != "nvidia-cuda-mps-control" ||
+		f.HAMiLibDir != "/usr/local/vgpu" || f.MPSRoot != "/var/lib/qgpu/mps" || f.logs.Format != "text" {
 		t.Errorf("defaults: %+v", f)
 	}
 	f, err = parseFlags([]string{"--node-name=n2", "--fake-cards=2xA100-80G,1xT4", "--backend=mps", "--metrics-addr=127.0.0.1:0", "-v=4"})
-	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.MPSControlBin != "" {
+	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.MPSControlBin != "" || f.logs.Verbosity != 4 {
 		t.Errorf("flags: %+v %v", f, err)
+	}
+	f, err = parseFlags([]string{"--fake-cards=1xT4", "--mps-control-bin=/opt/mps-control"})
+	if err != nil || f.MPSControlBin != "/opt/mps-control" {
+		t.Errorf("an explicit --mps-control-bin with fake cards: %+v %v", f, err)
 	}
 	if f, err := parseFlags(nil); err != nil || f.ProcRoot != "/proc" || f.FakeActivityFile != "" || f.metricsAddrFile != "" {
 		t.Errorf("defaults of the simulation flags: %+v %v", f, err)
@@ -54,23 +92,111 @@ func TestParseFlags(t *testing.T) {
 	if _, err := f.nvmlFor(); err == nil {
 		t.Error("--fake-activity-file accepted without --fake-cards")
 	}
-	if _, err := parseFlags([]string{"extra"}); err == nil {
-		t.Error("stray argument accepted")
+	if _, err := parseFlags([]string{"extra"}); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
+		t.Errorf("stray argument: %v", err)
+	}
+	if _, err := parseFlags([]string{"--no-such-flag"}); err == nil {
+		t.Error("unknown flag accepted")
+	}
+	if f, err := parseFlags([]string{"--logging-format=json", "--v=3", "--vmodule=agent*=5"}); err != nil || f.logs.Format != "json" || f.logs.Verbosity != 3 {
+		t.Errorf("logging flags: %+v %v", f, err)
+	}
+}
+
+// TestManifestArgsParse: every argument the shipped manifests and the test
+// harnesses give the agent parses, so moving the command line cannot break
+// a deployment or a suite.
+func TestManifestArgsParse(t *testing.T) {
+	cases := map[string][]string{
+		// test/harness (cluster.go, colocation.go), test/integration
+		// (agent_helpers_test.go, agent_health_test.go), test/chaos (env.go)
+		// and test/e2enode (check.go's kustomize patch).
+		"harness": {"--fake-cards=2xT4", "--dbfile=/tmp/r/meta.db", "--metrics-addr=127.0.0.1:0", "--kubeconfig=/tmp/r/kubeconfig",
+			"--metrics-addr-file=/tmp/r/metrics-addr", "--fake-activity-file=/tmp/r/activity",
+			"--cgroup-root=/tmp/r/fake-host/sys/fs/cgroup", "--proc-root=/tmp/r/fake-host/proc"},
+		"integration": {"--kubeconfig=/tmp/k", "--fake-cards=2xT4", "--dbfile=/tmp/q/meta.db",
+			"--pod-resources-socket=/tmp/kubelet/pod-resources/kubelet.sock", "--metrics-addr=127.0.0.1:0", "--reconcile-interval=1s", "-v=2"},
+		"chaos":    {"--reconcile-interval=1s", "--health-interval=300ms", "--fake-health-file=/tmp/health"},
+		"e2e-node": {"--dbfile=/var/lib/qgpu/meta.db", "--backend=env", "--fake-cards=2xT4", "--device-root=/tmp/e2e-dev"},
+	}
+	for _, file := range []string{"../../manifests/agent/daemonset.yaml", "../../manifests/overlays/colocation/agent-colocation.yaml"} {
+		cases[file] = agentArgs(t, file)
+	}
+	for name, args := range cases {
+		t.Run(filepath.Base(name), func(t *testing.T) {
+			if _, err := parseFlags(args); err != nil {
+				t.Errorf("%v: %v", args, err)
+			}
+		})
+	}
+}
+
+// agentArgs returns the qgpu-agent container's args in a DaemonSet file.
+func agentArgs(t *testing.T, path string) []string {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(raw, &ds); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		if c.Name == "qgpu-agent" {
+			if len(c.Args) == 0 {
+				t.Fatalf("%s: the qgpu-agent container has no args", path)
+			}
+			return c.Args
+		}
+	}
+	t.Fatalf("%s: no qgpu-agent container", path)
+	return nil
+}
+
+// TestJSONLogs runs the agent's main with --logging-format=json and a
+// kubeconfig that does not exist: the failure is logged as a JSON entry,
+// then printed as the plain last line.
+func TestJSONLogs(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "--logging-format=json", "--node-name=n1",
+		"--kubeconfig="+filepath.Join(t.TempDir(), "missing"), "--fake-cards=1xT4")
+	cmd.Env = append(os.Environ(), mainEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Fatalf("exit: %v, stderr %s", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	var entry struct {
+		Msg string `json:"msg"`
+		Err string `json:"err"`
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &entry); err != nil {
+		t.Fatalf("the first line is not a JSON log entry: %q: %v", lines[0], err)
+	}
+	if entry.Msg != "The agent failed" || !strings.Contains(entry.Err, "missing") {
+		t.Errorf("log entry %+v", entry)
+	}
+	// The plain last words test/harness looks for.
+	if last := lines[len(lines)-1]; len(lines) != 2 || !strings.HasPrefix(last, "qgpu-agent: kubernetes client config") {
+		t.Errorf("stderr %q: want the JSON entry, then qgpu-agent: <error>", lines)
 	}
 }
 
 func TestNVMLChoice(t *testing.T) {
-	f := &flags{fakeCards: "4xT5"}
+	f := &options{fakeCards: "4xT5"}
 	if _, err := f.nvmlFor(); !errors.Is(err, nvml.ErrFakeSpec) {
 		t.Errorf("bad spec: %v", err)
 	}
-	f = &flags{fakeHealthFile: "/tmp/x"}
+	f = &options{fakeHealthFile: "/tmp/x"}
 	if _, err := f.nvmlFor(); err == nil || !strings.Contains(err.Error(), "needs --fake-cards") {
 		t.Errorf("health file without fake cards: %v", err)
 	}
 	// Without --fake-cards the real library is used; where no driver is
 	// installed, the agent must say so clearly.
-	lib, err := (&flags{}).nvmlFor()
+	lib, err := (&options{}).nvmlFor()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ type QGPUArgs struct {
 	NodePolicy string
 	// CardPolicy orders the cards of a node for general pods, same names.
 	CardPolicy string
-	// MaxPodsPerCard caps the pods on one card; 0 means the seed's rule,
+	// MaxPodsPerCard caps the pods on one card; 0 means Tencent qGPU's rule,
 	// card memory in GiB / 4 (32 GiB → 8).
 	MaxPodsPerCard int32
 }

@@ -37,7 +37,7 @@ type Slice struct {
 	UUID      string `json:"uuid"`
 	MemoryGiB int64  `json:"memoryGiB"`
 	// Cores is qgpu-core for general pods, qgpu-core-greedy for offline pods and
-	// 0 for online pods (they hold no core budget, DESIGN §3).
+	// 0 for online pods (they hold no core budget, docs/design.md#how-a-card-is-accounted).
 	Cores int64 `json:"cores"`
 }
 

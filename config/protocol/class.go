@@ -5,7 +5,7 @@ import (
 	"strings"
 )
 
-// Class is how a pod shares a card (DESIGN §2).
+// Class is how a pod shares a card (docs/design.md#what-a-pod-asks-for).
 type Class string
 
 const (
@@ -27,7 +27,9 @@ func ParseClass(value string, present bool) (Class, error) {
 		AnnotationAppClass, value, ClassOnline, ClassOffline)
 }
 
-// Policy is a node's isolation policy for the agent's backend (seed 001).
+// Policy is a node's isolation policy for the agent's backend, with the names
+// of Tencent's qGPU on TKE
+// (docs/design.md#what-a-pod-asks-for).
 type Policy string
 
 const (

@@ -4,7 +4,7 @@
 // k8s.io/kubernetes so that both binaries (and kubectl-qgpu) can use it cheaply.
 package protocol
 
-// Extended resources a pod asks for (DESIGN §2). Requests equal limits.
+// Extended resources a pod asks for (docs/design.md#what-a-pod-asks-for). Requests equal limits.
 const (
 	// ResourceMemory is qGPU memory in GiB, an integer ≥ 1.
 	ResourceMemory = "tke.cloud.tencent.com/qgpu-memory"

@@ -8,7 +8,8 @@ import (
 
 // AnnotationSuspended is written by the agent on an offline pod while its
 // priority controller holds it frozen because an online pod on its card is
-// busy (DESIGN §6), and removed when the pod resumes. It is informational
+// busy (docs/design.md#online-and-offline-pods-at-run-time), and removed when
+// the pod resumes. It is informational
 // (kubectl qgpu shows it): written only on change and at most about once a
 // second per pod, so a pod frozen and thawed many times a second shows its
 // latest state a second late at worst, never a stale one for good.

@@ -19,7 +19,8 @@ type Held struct {
 }
 
 // CheckHeld reports every slice an agent holds for a pod that is gone,
-// terminal, or bound elsewhere: a slice the scheduler has freed (DESIGN §4:
+// terminal, or bound elsewhere: a slice the scheduler has freed
+// (docs/design.md#the-protocol-between-scheduler-and-agent:
 // a terminal or deleted pod frees its slice at once) but the node still
 // counts as taken. held is read from the agents' stores after the cluster
 // was read into c; records of pods created since then are not judged.

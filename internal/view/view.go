@@ -73,7 +73,7 @@ type Pod struct {
 // Key is namespace/name.
 func (p Pod) Key() string { return p.Namespace + "/" + p.Name }
 
-// Build reads nodes and pods; maxPodsPerCard ≤ 0 is the seed's Mc/4.
+// Build reads nodes and pods; maxPodsPerCard ≤ 0 is memory / 4 per card.
 func Build(nodes []v1.Node, pods []v1.Pod, maxPodsPerCard int) *Cluster {
 	c := &Cluster{ledger: ledger.New(maxPodsPerCard), granted: ledger.New(maxPodsPerCard), facts: map[string]nodeFacts{}}
 	for i := range nodes {

@@ -100,7 +100,7 @@ func TestFilter(t *testing.T) {
 	}
 }
 
-// The seed's rule fills a card: 14 GiB T4 takes 14 one-GiB pods by memory but
+// The memory / 4 rule fills a card: 14 GiB T4 takes 14 one-GiB pods by memory but
 // only Mc/4 = 3 pods, and 100 cores.
 func TestNeverOversubscribes(t *testing.T) {
 	p := newPlugin(t, nil)

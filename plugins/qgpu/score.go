@@ -28,7 +28,8 @@ func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeIn
 
 // evaluate places the pod on n.Cards, which it changes (the caller passes a
 // copy), and scores the node by the node policy (and, for online/offline
-// pods, seed 000's preferences). A pod that does not fit scores 0, with
+// pods, the preferences of Tencent qGPU's co-location scheduler). A pod that
+// does not fit scores 0, with
 // PlaceIn's reason.
 func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) (int64, string) {
 	var choices [cardBuf]placement.Choice

@@ -1,4 +1,5 @@
-// Package harness starts the real components of DESIGN §5 for tests and for
+// Package harness starts the real components of
+// docs/design.md#what-the-tests-run-for-real for tests and for
 // the playground: an embedded etcd, an in-process kube-apiserver, and hollow
 // nodes (bin/qgpu-hollow-node) run as subprocesses.
 package harness

@@ -2,7 +2,7 @@
 // CRI runtime) whose container manager holds a real kubelet device manager,
 // so device plugins (the qGPU agent) register over kubelet.sock, feed node
 // capacity through ListAndWatch and get Allocate calls from kubelet
-// admission. See DESIGN §5 and test/harness.
+// admission. See docs/design.md#what-the-tests-run-for-real and test/harness.
 //
 // Signals: SIGHUP restarts the device manager (new kubelet.sock, plugins
 // must register again); SIGUSR1 kills the agent (SIGKILL) and starts it

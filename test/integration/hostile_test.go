@@ -75,7 +75,7 @@ const (
 	greedy = protocol.ResourceCoreGreedy
 )
 
-// hostileBadPods: every rule of DESIGN §2 broken once. The API server
+// hostileBadPods: every rule of docs/design.md#what-a-pod-asks-for broken once. The API server
 // refuses some outright (with its own message); the rest stay Pending with
 // a FailedScheduling that names the field and the value.
 func hostileBadPods(t *testing.T, c *harness.Cluster) {

@@ -21,7 +21,7 @@ const (
 )
 
 // TestSchedulerPlacesSeedPods runs the real qgpu-scheduler binary with the
-// default profile against a real apiserver and places the seeds' pods.
+// default profile against a real apiserver and places the example pods of Tencent qGPU's documentation.
 func TestSchedulerPlacesSeedPods(t *testing.T) {
 	cp := harness.Start(t)
 	harness.StartQGPUScheduler(t, cp, "config/qgpu-scheduler.yaml")
@@ -38,12 +38,12 @@ func TestSchedulerPlacesSeedPods(t *testing.T) {
 		pod  *corev1.Pod
 		want want
 	}{
-		// Seed 001: a general pod with 5 GiB and 30 cores; binpack picks a node
+		// Tencent qGPU on TKE: a general pod with 5 GiB and 30 cores; binpack picks a node
 		// and its first card.
 		{builders.GPUPod("general-5g").Annotation(protocol.AnnotationUseGPUType, "t4").General("c", 5, 30).Obj(), want{"t4", []int{0}}},
 		// Binpack onto the same card.
 		{builders.GPUPod("general-4g").Annotation(protocol.AnnotationUseGPUType, "t4").General("c", 4, 30).Obj(), want{"t4", []int{0}}},
-		// Seed 000: offline pods are packed on cards without online pods.
+		// Tencent qGPU co-location: offline pods are packed on cards without online pods.
 		{builders.GPUPod("offline-a").Offline("c", 8, 50).Obj(), want{"v100-mixed", []int{0}}},
 		{builders.GPUPod("offline-b").Offline("c", 8, 50).Obj(), want{"v100-mixed", []int{0}}},
 		// Online pods prefer the card without offline pods.

@@ -27,7 +27,8 @@ const (
 	demoOffline = "colocated-offline"
 )
 
-// colocation shows the priority controller at work (issue 7, DESIGN §6):
+// colocation shows the priority controller at work (issue 7,
+// docs/design.md#online-and-offline-pods-at-run-time):
 // the online example turns busy on its fake card, the offline pod beside
 // it is frozen and shown suspended, then resumed when the online pod is idle.
 type colocation struct {
@@ -45,7 +46,7 @@ func (d *colocation) run(ctx context.Context) error {
 	}
 	node := on.Spec.NodeName
 	nodeDir := filepath.Join(d.nodesDir, node)
-	fmt.Fprintf(d.w, "\nOnline/offline at run time on %s (DESIGN §6; agent --fake-activity-file: the\n", node)
+	fmt.Fprintf(d.w, "\nOnline/offline at run time on %s (docs/design.md; agent --fake-activity-file: the\n", node)
 	fmt.Fprintf(d.w, "pods get fake GPU processes and cgroups, the priority controller is the real one)\n")
 	card, err := d.placeOffline(ctx, on)
 	if err != nil || card < 0 {

@@ -1,5 +1,5 @@
 // Command qgpu-playground runs qGPU on one machine without a cluster or
-// Docker (DESIGN §5): a real kube-apiserver and etcd, the real
+// Docker (docs/design.md#what-the-tests-run-for-real): a real kube-apiserver and etcd, the real
 // qgpu-scheduler binary, and hollow kubelets whose device managers register
 // the real qgpu-agent on simulated cards. It applies manifests/examples,
 // waits until every example is Running with its grant (or, for the ones

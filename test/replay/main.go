@@ -26,7 +26,7 @@ func main() {
 	podsPath := flag.String("pods", "", "pod list CSV (openb_pod_list_default.csv)")
 	policyFlag := flag.String("policy", string(placement.Default), "policy, comma list, or all (the default policy last)")
 	seedsFlag := flag.String("seeds", "42-51", "seeds: a range A-B or a comma list")
-	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (DESIGN §3 accounting)")
+	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (the qGPU accounting of docs/design.md)")
 	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
 	out := flag.String("out", "", "directory for replay.csv and replay.png (none if empty)")
 	flag.Parse()

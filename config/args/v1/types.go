@@ -39,7 +39,7 @@ func copyPtr[T any](p *T) *T {
 	return &v
 }
 
-// SetDefaults_QGPUArgs fills unset fields (the seed's --priority=binpack).
+// SetDefaults_QGPUArgs fills unset fields (Tencent qGPU's --priority=binpack).
 func SetDefaults_QGPUArgs(a *QGPUArgs) { //nolint:revive // kube naming convention
 	if a.NodePolicy == nil {
 		a.NodePolicy = ptr("binpack")

@@ -35,7 +35,8 @@ func (c *Card) FreeMemoryGiB() int64 { return c.MemoryGiB - c.UsedMemoryGiB }
 func (c *Card) Empty() bool { return c.Pods() == 0 }
 
 // Fits reports whether one more pod of the class, asking for memory and cores
-// in total on this card, keeps every rule of DESIGN §3. newPod is false when
+// in total on this card, keeps every rule of
+// docs/design.md#how-a-card-is-accounted. newPod is false when
 // the pod already holds a slice here (a second container of the same pod).
 func (c *Card) Fits(class protocol.Class, memoryGiB, cores int64, newPod bool) bool {
 	if !c.Healthy || memoryGiB > c.FreeMemoryGiB() {

@@ -12,7 +12,7 @@ const (
 	offline = protocol.ClassOffline
 )
 
-// card is a healthy 32 GiB card with the seed's default of 8 pods.
+// card is a healthy 32 GiB card with the default of 8 pods (memory / 4).
 func card() Card {
 	return Card{Index: 0, UUID: "GPU-0", Model: "Tesla V100", MemoryGiB: 32, Healthy: true, MaxPods: DefaultMaxPods(32)}
 }

@@ -51,7 +51,8 @@ type Ledger struct {
 	eligible eligibility
 }
 
-// New returns an empty ledger; maxPodsPerCard ≤ 0 means the seed's Mc/4.
+// New returns an empty ledger; maxPodsPerCard ≤ 0 means memory / 4 per card
+// (docs/design.md#how-a-card-is-accounted).
 func New(maxPodsPerCard int) *Ledger {
 	return &Ledger{nodes: map[string]*nodeState{}, holders: map[types.UID]*Holding{}, maxPods: maxPodsPerCard}
 }

@@ -538,7 +538,7 @@ func TestSetAllocatable(t *testing.T) {
 	}
 }
 
-// checkCards asserts DESIGN §3 on a node's cards.
+// checkCards asserts the rules of docs/design.md#how-a-card-is-accounted on a node's cards.
 func checkCards(node string, cs []Card) error {
 	for _, c := range cs {
 		switch {

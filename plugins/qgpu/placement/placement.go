@@ -71,8 +71,9 @@ func anyModel(cards []ledger.Card, req *request.Request) bool {
 }
 
 // placeOneCard puts all containers of an online or offline pod on one card.
-// Seed 000: online pods prefer cards without offline pods, then spread;
-// offline pods prefer cards without online pods, then bin-pack.
+// As Tencent qGPU's co-location scheduler: online pods prefer cards without
+// offline pods, then spread; offline pods prefer cards without online pods,
+// then bin-pack.
 func placeOneCard(cards []ledger.Card, req *request.Request, out []Choice) ([]Choice, string) {
 	best, mem, cores := chooseOneCard(cards, req)
 	if best < 0 {

@@ -15,7 +15,8 @@ const MaxScore = 100
 // NodeScore scores a node from its cards after the pod was placed (Place has
 // already added the pod to cards): binpack prefers the fullest node, spread the
 // emptiest. Online pods prefer nodes where their card has no offline pods, and
-// offline pods nodes where their card has no online pods (seed 000), so the
+// offline pods nodes where their card has no online pods (Tencent qGPU's
+// co-location scheduler), so the
 // class preference holds across nodes, not only across the cards of one.
 func NodeScore(cards []ledger.Card, req *request.Request, policy Policy, choices []Choice) int64 {
 	used, total := fill(cards)

@@ -1,5 +1,6 @@
 // Package request turns a pod into the qGPU request it makes, enforcing every
-// rule of DESIGN §2. It is shared by the scheduler plugin, the agent and the
+// rule of docs/design.md#what-a-pod-asks-for. It is shared by the scheduler
+// plugin, the agent and the
 // trace replay, and it imports nothing from the scheduler framework.
 package request
 

@@ -76,7 +76,7 @@ func TestParseSeedExamples(t *testing.T) {
 		pod  *v1.Pod
 		want *Request
 	}{{
-		// Seed 000, offline tab: requests only, app-class offline.
+		// Tencent qGPU co-location docs, offline tab: requests only, app-class offline.
 		name: "seed000 offline",
 		pod:  makePod("offline", "offline", ctrRL("offline-container", res{greedy: "50", mem: "4"}, nil)),
 		want: &Request{Class: protocol.ClassOffline, Containers: []Container{one("offline-container", 4, 50)}},
@@ -93,12 +93,12 @@ func TestParseSeedExamples(t *testing.T) {
 		pod:  makePod("common", "", ctrRL("common-container", res{core: "30", mem: "5"}, nil)),
 		want: &Request{Class: protocol.ClassGeneral, Containers: []Container{one("common-container", 5, 30)}},
 	}, {
-		// Seed 001: requests and limits both set, equal.
+		// Tencent qGPU on TKE: requests and limits both set, equal.
 		name: "seed001 requests and limits",
 		pod:  makePod("qgpu", "", ctr("c", res{mem: "5", core: "30"})),
 		want: &Request{Class: protocol.ClassGeneral, Containers: []Container{one("c", 5, 30)}},
 	}, {
-		// Seed 001: requests may be omitted; they default to the limits.
+		// Tencent qGPU on TKE: requests may be omitted; they default to the limits.
 		name: "seed001 limits only",
 		pod:  makePod("qgpu", "", ctrRL("c", nil, res{mem: "5", core: "30"})),
 		want: &Request{Class: protocol.ClassGeneral, Containers: []Container{one("c", 5, 30)}},

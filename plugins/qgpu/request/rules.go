@@ -8,7 +8,8 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// parseContainer applies the per-class rules of DESIGN §2 to one container.
+// parseContainer applies the per-class rules of
+// docs/design.md#what-a-pod-asks-for to one container.
 // ok is false for a container that asks for no qGPU resource. A resource that
 // a class does not use is rejected when it is present at all, even as 0.
 func parseContainer(class protocol.Class, c *v1.Container) (Container, bool, error) {

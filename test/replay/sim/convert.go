@@ -20,7 +20,7 @@ const (
 	// take empty cards; no pod limit per card.
 	Paper Mode = "paper"
 	// QGPU turns each pod into qGPU memory (GiB) and cores and applies the
-	// full DESIGN §3 accounting, the seed's Mc/4 pod limit included.
+	// full accounting of docs/design.md#how-a-card-is-accounted, the memory/4 pod limit included.
 	QGPU Mode = "qgpu"
 )
 

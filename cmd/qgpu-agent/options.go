@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/cli/globalflag"
+	"k8s.io/component-base/featuregate"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"github.com/qgpu-scheduler/qgpu/agent"
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/priority"
+)
+
+// options is the agent's command line: agent.Config plus what only the
+// binary needs (where the client and the cards come from, logging).
+type options struct {
+	agent.Config
+	kubeconfig      string
+	fakeCards       string
+	fakeHealthFile  string
+	metricsAddrFile string
+	version         bool
+	logs            *logsapi.LoggingConfiguration
+	featureGate     featuregate.MutableVersionedFeatureGate
+}
+
+func newOptions() *options {
+	o := &options{logs: logsapi.NewLoggingConfiguration(), featureGate: featuregate.NewFeatureGate()}
+	// Only the logging gates (contextual logging, the alpha/beta logging
+	// options): the agent has no feature gates of its own.
+	if err := logsapi.AddFeatureGates(o.featureGate); err != nil {
+		panic(fmt.Sprintf("registering the logging feature gates: %v", err))
+	}
+	return o
+}
+
+// flagSets registers every flag, by section, with the names and defaults
+// the manifests and tests pass (TestManifestArgsParse).
+func (o *options) flagSets() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	o.addNodeFlags(fss.FlagSet("node"))
+	o.addEnforcementFlags(fss.FlagSet("enforcement"))
+	o.addPriorityFlags(fss.FlagSet("priority"))
+	o.addSimulationFlags(fss.FlagSet("simulation (no GPU)"))
+	logsapi.AddFlags(o.logs, fss.FlagSet("logs"))
+	o.featureGate.AddFlag(fss.FlagSet("logs"))
+	global := fss.FlagSet("global")
+	global.BoolVar(&o.version, "version", false, "print the version and exit")
+	globalflag.AddGlobalFlags(global, "qgpu-agent", logs.SkipLoggingConfigurationFlags())
+	return fss
+}
+
+func (o *options) addNodeFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (default $KUBECONFIG, else in-cluster)")
+	fs.StringVar(&o.DeviceRoot, "device-root", "/dev", "the host directory holding the cards' device nodes (nvidiaN, nvidiactl, ...) that Allocate passes into containers; with --fake-cards, card N is <device-root>/nvidiaN")
+	fs.StringVar(&o.DBFile, "dbfile", "/var/lib/qgpu/meta.db", "the agent's grant store")
+	fs.StringVar(&o.DevicePluginDir, "device-plugin-dir", "/var/lib/kubelet/device-plugins", "the kubelet's device-plugin directory")
+	fs.StringVar(&o.PodResourcesSocket, "pod-resources-socket", "/var/lib/kubelet/pod-resources/kubelet.sock", `the kubelet's PodResources socket ("" to skip)`)
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", ":9400", `Prometheus metrics address ("" to disable)`)
+	fs.StringVar(&o.metricsAddrFile, "metrics-addr-file", "", "write the metrics address the agent bound (host:port) to this file once it runs")
+	fs.DurationVar(&o.HealthInterval, "health-interval", 5*time.Second, "how often card health is queried")
+	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "how often grants are reconciled")
+}
+
+func (o *options) addEnforcementFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Backend, "backend", enforce.NameEnv, fmt.Sprintf("enforcement backend when the node has no %s label: %v", "qgpu.io/enforcement", enforce.Names))
+	fs.StringVar(&o.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so (hami-core backend)")
+	fs.StringVar(&o.MPSRoot, "mps-root", "/var/lib/qgpu/mps", "host directory for per-card MPS pipe directories (mps backend)")
+	fs.StringVar(&o.MPSControlBin, "mps-control-bin", "nvidia-cuda-mps-control", `MPS control binary the agent runs per card when the mps backend is selected ("" : an operator runs the daemons; with --fake-cards the default is "")`)
+}
+
+func (o *options) addPriorityFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.PriorityController, "priority-controller", true, "freeze a card's offline pods while an online pod on it is busy (acts only on cards holding online and offline pods)")
+	fs.DurationVar(&o.PriorityPoll, "priority-poll", priority.DefaultPoll, "how often the priority controller reads the online pods' GPU activity")
+	fs.DurationVar(&o.PriorityIdle, "priority-idle", priority.DefaultIdle, "how long the online pods of a card must be idle before its offline pods resume")
+	fs.StringVar(&o.CgroupRoot, "cgroup-root", "/sys/fs/cgroup", "the host's cgroup mount (the priority controller freezes pods under it)")
+	fs.StringVar(&o.KubeletCgroupRoot, "kubelet-cgroup-root", "", "the kubelet's --cgroup-root (\"\" or / for its default), where pod cgroups are")
+	fs.StringVar(&o.KubeletCgroupDriver, "kubelet-cgroup-driver", "", "the kubelet's --cgroup-driver: systemd, cgroupfs, or \"\" to try both")
+	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "read cgroupRoot and cgroupDriver from this kubelet configuration file (e.g. /var/lib/kubelet/config.yaml) instead of the two flags above")
+	fs.StringVar(&o.HAMiRegionRoot, "hami-region-root", "", "host directory of HAMi-core's per-container shared regions (<pod UID>_<container>/*.cache); set, offline pods whose GPU containers all have a region are suspended by holding back their kernel launches instead of the freezer")
+	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc file system (the priority controller maps GPU processes to pods through it)")
+}
+
+func (o *options) addSimulationFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.fakeCards, "fake-cards", "", `simulate cards instead of NVML, e.g. "4xT4", "2xA100-80G,1xT4", "2x20480MiB:MyModel"`)
+	fs.StringVar(&o.fakeHealthFile, "fake-health-file", "", "with --fake-cards: a file listing unhealthy cards, one index or UUID per line")
+	fs.StringVar(&o.FakeActivityFile, "fake-activity-file", "", "with --fake-cards: simulate a process and a cgroup for every granted pod under --cgroup-root and --proc-root (scratch directories), busy or idle as this file says, one \"<namespace>/<pod> busy|idle\" a line (agent/fakeactivity)")
+}
+
+// complete fills the defaults that depend on other flags. Fake cards have
+// no MPS to run: keep simulated nodes from refusing mps Allocate calls for
+// want of a binary, unless one is named on purpose.
+func (o *options) complete(fs *pflag.FlagSet) {
+	if o.fakeCards != "" && !fs.Changed("mps-control-bin") {
+		o.MPSControlBin = ""
+	}
+}
