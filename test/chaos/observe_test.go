@@ -48,6 +48,9 @@ func TestObserverPeak(t *testing.T) {
 	other := placed("e", "other", 10, 30, 0, 0) // not a node of the run
 	done := b.DeepCopy()
 	done.Status.Phase = corev1.PodSucceeded
+	twinA := placed("ta", "t4", 10, 30, 0, -1) // assigned card 0, not admitted yet
+	twinB := placed("tb", "t4", 10, 30, 1, 0)  // took twin A's card
+	twinA1 := placed("ta", "t4", 10, 30, 0, 1) // then A got B's
 	failed := b.DeepCopy()
 	failed.Status.Phase = corev1.PodFailed
 	onB := placed("f", "t4-b", 10, 30, 0, 0)
@@ -69,6 +72,7 @@ func TestObserverPeak(t *testing.T) {
 		{"cards of two nodes over at one moment", []step{{nil, a, 0}, {nil, b, 1}, {nil, onB, 1}, {nil, onB2, 2}, {b, nil, 1}}, 2},
 		{"a pod not bound holds nothing", []step{{nil, a, 0}, {nil, unbound, 0}}, 0},
 		{"grant on another card than assigned", []step{{nil, a, 0}, {nil, c, 1}, {c, c1, 0}}, 1},
+		{"twins admitted out of order: no container on a card twice", []step{{nil, twinA, 0}, {nil, twinB, 0}, {twinA, twinA1, 0}}, 0},
 		{"cores over 100", []step{{nil, c1, 0}, {nil, d, 1}}, 1},
 		{"two cards at once", []step{{nil, a, 0}, {nil, b, 1}, {nil, c1, 1}, {nil, d, 2}, {b, nil, 1}}, 2},
 		{"pods of unknown nodes are not judged", []step{{nil, other, 0}}, 0},
