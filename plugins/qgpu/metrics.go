@@ -24,8 +24,12 @@ const (
 	metricsNamespace = "qgpu"
 	metricsSubsystem = "scheduler"
 
-	pointFilter  = "Filter"
-	pointReserve = "Reserve"
+	pointPreFilter = "PreFilter"
+	pointFilter    = "Filter"
+	pointReserve   = "Reserve"
+	// reasonInvalidRequest is PreFilter's: the pod's qGPU request cannot
+	// be parsed (the event says why; the metric keeps one label value).
+	reasonInvalidRequest = "invalid qGPU request"
 	// reasonOther counts a reason missing from rejectionReasons (a bug:
 	// every reason the plugin reports is constant).
 	reasonOther = "other"
@@ -39,7 +43,7 @@ var (
 	}, []string{"class", "node_policy", "card_policy"})
 	rejectionsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "rejections_total",
-		Help:           "Nodes the QGPU plugin turned a pod away from, by extension point (Filter: per node and cycle; Reserve: the chosen node lost the room) and reason (the constant reasons of FailedScheduling events).",
+		Help:           "Rejections by the QGPU plugin, by extension point (PreFilter: a pod whose request is invalid, per cycle; Filter: a node turned away, per node and cycle; Reserve: the chosen node lost the room) and reason (the constant reasons of FailedScheduling events).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"extension_point", "reason"})
 )
@@ -68,9 +72,13 @@ func registerMetrics() {
 		legacyregistry.MustRegister(placementsTotal, rejectionsTotal)
 		legacyregistry.CustomMustRegister(registered.pools)
 		registered.rejections = rejections{}
-		for _, point := range []string{pointFilter, pointReserve} {
+		for point, reasons := range map[string][]string{
+			pointPreFilter: {reasonInvalidRequest, reasonOther},
+			pointFilter:    rejectionReasons(),
+			pointReserve:   rejectionReasons(),
+		} {
 			registered.rejections[point] = map[string]metrics.CounterMetric{}
-			for _, r := range rejectionReasons() {
+			for _, r := range reasons {
 				registered.rejections[point][r] = rejectionsTotal.WithLabelValues(point, r)
 			}
 		}

@@ -42,6 +42,7 @@ func TestPlacementAndRejectionCounters(t *testing.T) {
 	p.setNodes(n1)
 	full0, notMixed0, reserve0, placed0 := counter(t, pointFilter, placement.ReasonCardsFull),
 		counter(t, pointFilter, placement.ReasonNotMixed), counter(t, pointReserve, placement.ReasonCardsFull), placements(t, protocol.ClassGeneral)
+	invalid0 := counter(t, pointPreFilter, reasonInvalidRequest)
 
 	if _, st := schedule(t, p, builders.GPUPod("a").General("c", 10, 50).Obj(), n1); !st.IsSuccess() {
 		t.Fatal(st)
@@ -51,6 +52,9 @@ func TestPlacementAndRejectionCounters(t *testing.T) {
 	}
 	if _, st := schedule(t, p, builders.GPUPod("on").Online("c", 1).Obj(), n1); st.IsSuccess() {
 		t.Fatal("an online pod fits a node not labelled mixed")
+	}
+	if _, st := schedule(t, p, builders.GPUPod("bad").General("c", 4, 150).Obj(), n1); st.IsSuccess() {
+		t.Fatal("a request of 150 cores per card was accepted")
 	}
 	// Reserve on a node whose room went since Filter.
 	ctx, cs := context.Background(), framework.NewCycleState()
@@ -69,6 +73,7 @@ func TestPlacementAndRejectionCounters(t *testing.T) {
 		{"Filter " + placement.ReasonNotMixed, counter(t, pointFilter, placement.ReasonNotMixed), notMixed0},
 		{"Reserve " + placement.ReasonCardsFull, counter(t, pointReserve, placement.ReasonCardsFull), reserve0},
 		{"general placements", placements(t, protocol.ClassGeneral), placed0},
+		{"PreFilter " + reasonInvalidRequest, counter(t, pointPreFilter, reasonInvalidRequest), invalid0},
 	} {
 		if c.got-c.before != 1 {
 			t.Errorf("%s: +%v, want +1", c.what, c.got-c.before)
@@ -96,8 +101,8 @@ func TestReserveReason(t *testing.T) {
 // one counts as other rather than being lost.
 func TestRejectedCountsEveryReason(t *testing.T) {
 	registerMetrics()
-	for _, point := range []string{pointFilter, pointReserve} {
-		for _, r := range append(rejectionReasons(), "a reason nobody listed") {
+	for _, point := range []string{pointPreFilter, pointFilter, pointReserve} {
+		for _, r := range append(rejectionReasons(), reasonInvalidRequest, "a reason nobody listed") {
 			want := r
 			if _, ok := registered.rejections[point][r]; !ok {
 				want = reasonOther
