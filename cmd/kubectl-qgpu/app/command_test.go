@@ -189,6 +189,7 @@ a      general   n1     c:0=4G/10   -         Running   -           -         - 
 `, "", "Warning: the MODEL column is empty: reading node n1: forbidden for your credentials"},
 		{"yaml", nil, []string{"pods", "-n", "team-a", "-o", "yaml"}, "", "", ""},
 		{"jsonpath", nil, []string{"pods", "-A", "-o", "jsonpath={.items[*].metadata.name}"}, "a b", "", ""},
+		{"--template alone is a go-template", nil, []string{"pods", "-A", "--template", "{{range .items}}{{.metadata.namespace}} {{end}}"}, "team-a team-b ", "", ""},
 		{"empty namespace", nil, []string{"pods", "-n", "team-c"}, "", "", "No qGPU pods found in team-c namespace."},
 		{"-o name is refused before any call", nil, []string{"pods", "-o", "name"}, "", `--output: invalid value "name"`, ""},
 		{"unknown -o", nil, []string{"pods", "-o", "tsv"}, "", "--output: unable to match a printer", ""},

@@ -39,7 +39,14 @@ func (o *output) formats() []string {
 
 func (o *output) format() string { return *o.flags.OutputFormat }
 
-func (o *output) table() bool { return o.format() == "" || o.format() == "wide" }
+// table reports whether the table is printed: no -o (and no --template,
+// which alone means go-template, as in kubectl), or -o wide.
+func (o *output) table() bool {
+	if t := o.flags.TemplatePrinterFlags.TemplateArgument; o.format() == "" && t != nil && *t != "" {
+		return false
+	}
+	return o.format() == "" || o.format() == "wide"
+}
 
 func (o *output) wide() bool { return o.format() == "wide" }
 
