@@ -24,7 +24,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
 # make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
 IMAGE_REPO ?= ghcr.io/qgpu-scheduler
 
-.PHONY: all build version-check krew images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests
+.PHONY: all build version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests
 
 all: build
 
@@ -134,6 +134,7 @@ playground-colocation: $(BIN)/qgpu-playground
 # platform and the manifest with their sha256 in _output/krew. VERSION must
 # be a tag (v<major>.<minor>.<patch>): make krew VERSION=v0.1.0.
 KREW_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+.PHONY: krew
 krew:
 	@for p in $(KREW_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
 	  echo "kubectl-qgpu $$os/$$arch"; \
