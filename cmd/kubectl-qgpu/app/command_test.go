@@ -23,9 +23,9 @@ import (
 )
 
 // run runs the command on a fake cluster holding objs, with the reactors
-// of forbid answering Forbidden; it returns stdout, stderr, the error and
-// the API calls made.
-func run(t *testing.T, objs []runtime.Object, forbid []string, args ...string) (string, string, error, []k8stesting.Action) {
+// of forbid answering Forbidden; it returns stdout, stderr, the API calls
+// made and the error.
+func run(t *testing.T, objs []runtime.Object, forbid []string, args ...string) (string, string, []k8stesting.Action, error) {
 	t.Helper()
 	cs := fake.NewClientset(objs...)
 	for _, f := range forbid {
@@ -45,7 +45,7 @@ func run(t *testing.T, objs []runtime.Object, forbid []string, args ...string) (
 	o.now = func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }
 	cmd.SetArgs(args)
 	err := cmd.Execute()
-	return out.String(), errOut.String(), err, cs.Actions()
+	return out.String(), errOut.String(), cs.Actions(), err
 }
 
 // schedulerConfigMap is the shipped ConfigMap with maxPodsPerCard set to n.
@@ -78,7 +78,7 @@ func TestNodesJSON(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, errOut, err, _ := run(t, append(cluster(t), tc.extra...), nil, append([]string{"nodes", "-o", "json", "-l", "pool=t4"}, tc.args...)...)
+			out, errOut, _, err := run(t, append(cluster(t), tc.extra...), nil, append([]string{"nodes", "-o", "json", "-l", "pool=t4"}, tc.args...)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ n2     0      V100    ok       0/32          0/100   0/100    0/4    -         G
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, _, err, _ := run(t, objs, nil, tc.args...)
+			out, _, _, err := run(t, objs, nil, tc.args...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +140,7 @@ n2     0      V100    ok       0/32          0/100   0/100    0/4    -         G
 // with the right to list pods there only is enough.
 func TestPodsNamespaceScoped(t *testing.T) {
 	forbidden := []string{"list nodes", "get nodes", "get configmaps", "list pods@team-b", "list pods@"}
-	out, errOut, err, actions := run(t, cluster(t), forbidden, "pods", "-n", "team-a", "-o", "json")
+	out, errOut, actions, err := run(t, cluster(t), forbidden, "pods", "-n", "team-a", "-o", "json")
 	if err != nil {
 		t.Fatalf("%v (stderr %s)", err, errOut)
 	}
@@ -198,7 +198,7 @@ a      general   n1     c:0=4G/10   -         Running   -           -         - 
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			out, errOut, err, _ := run(t, cluster(t), tc.forbid, tc.args...)
+			out, errOut, _, err := run(t, cluster(t), tc.forbid, tc.args...)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want %q", err, tc.wantErr)
