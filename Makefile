@@ -58,12 +58,16 @@ test: build version-check
 	$(MAKE) integration
 	$(MAKE) e2e-node
 
-# Every binary prints the version the build stamped.
+# Every binary prints the version the build stamped (kubectl-qgpu also as
+# `kubectl qgpu version`).
 version-check: build
 	@for b in $(BINARIES); do \
 	  got=$$($(BIN)/$$b --version); want="$$b $(VERSION)"; \
 	  if [ "$$got" != "$$want" ]; then echo "$$b --version: got '$$got', want '$$want'"; exit 1; fi; \
-	done; echo "version-check: $(BINARIES) print $(VERSION)"
+	done; \
+	got=$$($(BIN)/kubectl-qgpu version); want="kubectl-qgpu $(VERSION)"; \
+	if [ "$$got" != "$$want" ]; then echo "kubectl-qgpu version: got '$$got', want '$$want'"; exit 1; fi; \
+	echo "version-check: $(BINARIES) print $(VERSION)"
 
 # OCI images without a Docker engine (hack/tools/images, go-containerregistry):
 # _output/images/<name>.tar for qgpu-scheduler, qgpu-agent, kubectl-qgpu and
@@ -125,6 +129,18 @@ playground-down:
 # offline pod beside it suspended and resumed (kubectl qgpu, metrics).
 playground-colocation: $(BIN)/qgpu-playground
 	@hack/playground.sh colocation
+
+# kubectl-qgpu's krew release (hack/krew/qgpu.yaml): an archive per
+# platform and the manifest with their sha256 in _output/krew. VERSION must
+# be a tag (v<major>.<minor>.<patch>): make krew VERSION=v0.1.0.
+KREW_PLATFORMS := linux/amd64 linux/arm64 darwin/amd64 darwin/arm64
+.PHONY: krew
+krew:
+	@for p in $(KREW_PLATFORMS); do os=$${p%/*}; arch=$${p#*/}; \
+	  echo "kubectl-qgpu $$os/$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags "$(LDFLAGS)" -o _output/krew/bin/$${os}_$${arch}/kubectl-qgpu ./cmd/kubectl-qgpu || exit 1; \
+	done
+	$(GO) run ./hack/krew --manifest hack/krew/qgpu.yaml --version $(VERSION) --bin-dir _output/krew/bin --out _output/krew
 
 # Regenerates manifests/scheduler/configmap.yaml from config/qgpu-scheduler.yaml
 # (TestManifestsConfigMapFresh fails while it is stale).

@@ -117,7 +117,7 @@ func TestRun(t *testing.T) {
 	poll(t, "card 0 unhealthy in the inventory", func() bool { return !nodeInventory(t, client).Cards[0].Healthy })
 
 	body := get(t, "http://"+metricsAddr.String()+"/metrics")
-	if !strings.Contains(body, `qgpu_card_memory_granted_gib{card="1",uuid="`+fakeNVML.UUID(1)+`"} 2`) {
+	if !strings.Contains(body, `qgpu_card_memory_granted_bytes{card="1",uuid="`+fakeNVML.UUID(1)+`"} 2.147483648e+09`) {
 		t.Errorf("metrics lack the grant:\n%s", body)
 	}
 	cancel()

@@ -1,5 +1,7 @@
 // Package metrics exports the agent's Prometheus metrics: per card what is
-// granted and its health, pods by class, and Allocate outcomes.
+// granted and its health, per container what it was granted, pods by class,
+// Allocate outcomes and the online/offline controller's actions
+// (docs/metrics.md).
 package metrics
 
 import (
@@ -8,7 +10,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -20,77 +21,33 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// Metrics is the agent's registry.
+// Metrics is the agent's registry (names and units: docs/metrics.md).
 type Metrics struct {
-	Registry       *prometheus.Registry
-	memoryCapacity *prometheus.GaugeVec
-	memoryGranted  *prometheus.GaugeVec
-	coresGranted   *prometheus.GaugeVec
-	healthy        *prometheus.GaugeVec
-	pods           *prometheus.GaugeVec
-	allocations    *prometheus.CounterVec
+	Registry    *prometheus.Registry
+	grants      *grants
+	allocations *prometheus.CounterVec
 	// Priority is the online/offline controller's part.
 	Priority *Priority
 }
 
 // New returns the metrics, registered in a fresh registry with the Go and process collectors.
 func New() *Metrics {
-	card := []string{"card", "uuid"}
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
-		memoryCapacity: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "qgpu_card_memory_capacity_gib",
-			Help: "Memory of the card in GiB, as the qgpu-memory resource counts it."}, card),
-		memoryGranted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "qgpu_card_memory_granted_gib",
-			Help: "qgpu-memory granted on the card (GiB)."}, card),
-		coresGranted: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "qgpu_card_cores_granted",
-			Help: "Cores granted on the card, by resource (qgpu-core or qgpu-core-greedy)."}, append(card, "resource")),
-		healthy: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "qgpu_card_healthy",
-			Help: "1 if the card is healthy, 0 if not."}, append(card, "model")),
-		pods: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "qgpu_pods",
-			Help: "Pods holding grants on this node, by class."}, []string{"class"}),
+		grants:   &grants{},
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qgpu_allocate_total",
 			Help: "Allocate calls answered, by resource and result (granted, refused)."}, []string{"resource", "result"}),
 	}
-	m.Registry.MustRegister(m.memoryCapacity, m.memoryGranted, m.coresGranted, m.healthy, m.pods, m.allocations,
+	m.Registry.MustRegister(m.grants, m.allocations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Priority = newPriority(m.Registry)
 	return m
 }
 
-// Update recomputes the gauges from the cards and the grant records.
+// Update replaces the cards and the grant records the card and container
+// series are computed from: a grant no longer listed loses its series.
 func (m *Metrics) Update(cards []protocol.Card, grants []store.Grant) {
-	for _, v := range []*prometheus.GaugeVec{m.memoryCapacity, m.memoryGranted, m.coresGranted, m.healthy, m.pods} {
-		v.Reset()
-	}
-	for _, c := range cards {
-		idx := strconv.Itoa(c.Index)
-		m.memoryCapacity.WithLabelValues(idx, c.UUID).Set(float64(c.MemoryGiB()))
-		m.memoryGranted.WithLabelValues(idx, c.UUID).Set(0)
-		h := 0.0
-		if c.Healthy {
-			h = 1
-		}
-		m.healthy.WithLabelValues(idx, c.UUID, c.Model).Set(h)
-	}
-	podClass := map[string]protocol.Class{}
-	for _, g := range grants {
-		podClass[g.PodUID] = g.Class
-		for _, s := range g.Slices {
-			idx := strconv.Itoa(s.Index)
-			switch g.Resource {
-			case protocol.ResourceMemory:
-				m.memoryGranted.WithLabelValues(idx, s.UUID).Add(float64(s.MemoryGiB))
-			case protocol.ResourceCore, protocol.ResourceCoreGreedy:
-				m.coresGranted.WithLabelValues(idx, s.UUID, g.Resource).Add(float64(s.Cores))
-			}
-		}
-	}
-	for _, class := range []protocol.Class{protocol.ClassGeneral, protocol.ClassOnline, protocol.ClassOffline} {
-		m.pods.WithLabelValues(string(class)).Set(0)
-	}
-	for _, class := range podClass {
-		m.pods.WithLabelValues(string(class)).Inc()
-	}
+	m.grants.set(cards, grants)
 }
 
 // ObserveAllocate counts one Allocate answer.

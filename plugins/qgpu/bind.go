@@ -39,10 +39,12 @@ func (p *QGPU) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeNam
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		if p.bindPersisted(ctx, pod, nodeName, value) {
 			klog.FromContext(ctx).V(2).Info("Binding call failed, but the pod is bound with its assignment", "pod", klog.KObj(pod), "node", nodeName, "err", err)
+			p.placements.placed(s.req.Class)
 			return nil
 		}
 		return fwk.AsStatus(fmt.Errorf("binding pod %s with its assignment: %w", klog.KObj(pod), err))
 	}
+	p.placements.placed(s.req.Class)
 	return nil
 }
 

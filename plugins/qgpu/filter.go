@@ -45,10 +45,12 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	if reason == "" && s.ownsFit && s.fit != (fitRequest{}) {
 		var unresolvable bool
 		if reason, unresolvable = s.fit.check(node.requested(nodeInfo), alloc); unresolvable {
+			p.rejections.rejected(pointFilter, reason)
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 		}
 	}
 	if reason != "" {
+		p.rejections.rejected(pointFilter, reason)
 		return fwk.NewStatus(unschedulableCode(reason), reason)
 	}
 	return nil

@@ -42,6 +42,9 @@ type QGPU struct {
 	binds    bool
 	// live is set when the handle has informers and a snapshot (not in unit tests).
 	live bool
+	// rejections and placements are the profile's counters (metrics.go).
+	rejections rejections
+	placements *placementCounters
 }
 
 var (
@@ -65,28 +68,34 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	if errs := args.Validate(path, a); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
+	registerMetrics()
 	p := &QGPU{
 		handle:     h,
 		nodePolicy: placement.Policy(a.NodePolicy),
 		cardPolicy: placement.Policy(a.CardPolicy),
+		rejections: registered.rejections,
+		placements: newPlacementCounters(placement.Policy(a.NodePolicy), placement.Policy(a.CardPolicy)),
 	}
 	if h == nil || h.SharedInformerFactory() == nil {
 		// Unit tests that feed the ledger by hand.
-		p.use(newShared(a, nil))
+		p.use(ctx, newShared(a, nil))
 		return p, nil
 	}
 	s, err := sharedFor(ctx, h, a, path)
 	if err != nil {
 		return nil, err
 	}
-	p.use(s)
+	p.use(ctx, s)
 	p.live = true
 	return p, nil
 }
 
-func (p *QGPU) use(s *shared) {
+// use takes the shared state; its cards count in the pool metrics while
+// ctx (the profile's) lasts.
+func (p *QGPU) use(ctx context.Context, s *shared) {
 	p.shared = s
 	p.ledger, p.workload, p.synced = s.ledger, s.workload, s.synced
+	context.AfterFunc(ctx, registered.pools.add(s.ledger))
 }
 
 // decodeArgs accepts the typed args (from a config file) or none (defaults).

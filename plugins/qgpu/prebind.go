@@ -56,5 +56,6 @@ func (p *QGPU) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	if err != nil {
 		return fwk.AsStatus(fmt.Errorf("writing assignment of pod %s: %w", klog.KObj(pod), err))
 	}
+	p.placements.placed(s.req.Class)
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	req, err := request.Parse(pod)
 	if err != nil {
+		p.rejections.rejected(pointPreFilter, reasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if req == nil {

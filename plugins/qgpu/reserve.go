@@ -35,6 +35,7 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		return holdingOf(nodeName, s.req, assignment).Slices, nil
 	})
 	if err != nil {
+		p.rejections.rejected(pointReserve, reserveReason(err))
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	s.assignment = assignment

@@ -149,6 +149,13 @@ func (c *Cluster) startScheduler(ctx context.Context, opts ClusterOptions, kubec
 	if err := os.WriteFile(configPath, config, 0o644); err != nil {
 		return fmt.Errorf("writing scheduler config: %w", err)
 	}
+	// Where a deployment from manifests/ keeps it, for kubectl-qgpu's
+	// pods-per-card limit.
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "qgpu-system", Name: "qgpu-scheduler-config"},
+		Data: map[string]string{"config.yaml": string(config)}}
+	if _, err := c.Client.CoreV1().ConfigMaps(cm.Namespace).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the scheduler's ConfigMap: %w", err)
+	}
 	c.Scheduler, err = StartScheduler(ctx, SchedulerOptions{
 		Kubeconfig: kubeconfig, Profile: configPath, LogPath: c.SchedulerLogPath(), Args: opts.SchedulerArgs,
 	})

@@ -148,6 +148,27 @@ func (l *Ledger) CopyNode(name string, buf []Card) (Node, bool) {
 	return out, n.known
 }
 
+// Range calls f with every known node's state, one node at a time under
+// that node's read lock, without a copy: f must not change or keep the
+// cards. It is for readers off the scheduling path (the metrics collector
+// at scrape time); the order of nodes is unspecified.
+func (l *Ledger) Range(f func(name string, n Node)) {
+	l.mu.RLock()
+	names := make([]string, 0, len(l.nodes))
+	states := make([]*nodeState, 0, len(l.nodes))
+	for name, n := range l.nodes {
+		names, states = append(names, name), append(states, n)
+	}
+	l.mu.RUnlock()
+	for i, n := range states {
+		n.mu.RLock()
+		if n.known {
+			f(names[i], n.node)
+		}
+		n.mu.RUnlock()
+	}
+}
+
 // Ref is a node's entry in the ledger, for a caller that finds a node once
 // and reads it often (the scheduler plugin keeps one per NodeInfo): an entry
 // stays its node's for the ledger's life, as RemoveNode empties it and

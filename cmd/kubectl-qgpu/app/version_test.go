@@ -1,8 +1,10 @@
-package main
+package app
 
 import (
 	"bytes"
 	"testing"
+
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/qgpu-scheduler/qgpu/internal/version"
 )
@@ -13,9 +15,8 @@ func TestVersion(t *testing.T) {
 	version.Version = "v1.2.3-4-gabcdef0"
 	t.Cleanup(func() { version.Version = old })
 	for _, args := range [][]string{{"version"}, {"--version"}} {
-		cmd := newCommand()
 		var out bytes.Buffer
-		cmd.SetOut(&out)
+		cmd := NewCommand(genericiooptions.IOStreams{Out: &out, ErrOut: &out})
 		cmd.SetArgs(args)
 		if err := cmd.Execute(); err != nil {
 			t.Fatalf("%v: %v", args, err)

@@ -1,0 +1,86 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// DefaultSchedulerConfig is the ConfigMap manifests/scheduler ships the
+// scheduler's KubeSchedulerConfiguration in, and its key.
+const (
+	DefaultSchedulerConfig = "qgpu-system/qgpu-scheduler-config"
+	schedulerConfigKey     = "config.yaml"
+	pluginName             = "QGPU"
+)
+
+// schedulerConfig is the part of a KubeSchedulerConfiguration that sets
+// the QGPU plugin's pods-per-card limit.
+type schedulerConfig struct {
+	Profiles []struct {
+		SchedulerName string `json:"schedulerName"`
+		PluginConfig  []struct {
+			Name string `json:"name"`
+			Args struct {
+				MaxPodsPerCard *int32 `json:"maxPodsPerCard"`
+			} `json:"args"`
+		} `json:"pluginConfig"`
+	} `json:"profiles"`
+}
+
+// parseMaxPodsPerCard reads QGPU's maxPodsPerCard from a
+// KubeSchedulerConfiguration: 0 (the rule memory/4) where no profile sets
+// it. Every profile that enables QGPU shares one ledger and must set the
+// same value (the scheduler refuses to start otherwise), so two different
+// values are an error, as is a negative one.
+func parseMaxPodsPerCard(data []byte) (int, error) {
+	var cfg schedulerConfig
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return 0, fmt.Errorf("parsing the scheduler configuration: %w", err)
+	}
+	found, value := "", int32(0)
+	for i, p := range cfg.Profiles {
+		for j, pc := range p.PluginConfig {
+			if pc.Name != pluginName || pc.Args.MaxPodsPerCard == nil {
+				continue
+			}
+			v := *pc.Args.MaxPodsPerCard
+			path := fmt.Sprintf("profiles[%d].pluginConfig[%d].args.maxPodsPerCard", i, j)
+			if v < 0 {
+				return 0, fmt.Errorf("%s: invalid value %d: must be 0 (memory/4) or more", path, v)
+			}
+			if found != "" && v != value {
+				return 0, fmt.Errorf("%s: invalid value %d: %s is %d, and every profile must agree", path, v, found, value)
+			}
+			found, value = path, v
+		}
+	}
+	return int(value), nil
+}
+
+// maxPodsPerCard reads the limit from the scheduler's ConfigMap (ref is
+// namespace/name). A user who may not read it, or a cluster without it,
+// gets the default rule (0) and a warning saying so.
+func (s *source) maxPodsPerCard(ctx context.Context, ref string) (int, error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return 0, fmt.Errorf("--scheduler-config: invalid value %q: want namespace/name", ref)
+	}
+	cm, err := s.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		s.warn("pods per card: the default rule (card GiB / 4): reading ConfigMap %s: %v", ref, err)
+		return 0, nil
+	}
+	data, ok := cm.Data[schedulerConfigKey]
+	if !ok {
+		return 0, fmt.Errorf("ConfigMap %s has no key %s", ref, schedulerConfigKey)
+	}
+	n, err := parseMaxPodsPerCard([]byte(data))
+	if err != nil {
+		return 0, fmt.Errorf("ConfigMap %s: %w", ref, err)
+	}
+	return n, nil
+}
