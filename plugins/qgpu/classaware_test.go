@@ -23,9 +23,9 @@ func TestGeneralPodsKeepOffMixedNodes(t *testing.T) {
 		want string // "" when it must not fit
 	}
 	orders := map[string][]step{
-		"general first": {{whole("g1"), "plain"}, {online("on"), "mixed"}, {offline("off"), "mixed"}},
+		"general first":            {{whole("g1"), "plain"}, {online("on"), "mixed"}, {offline("off"), "mixed"}},
 		"online and offline first": {{online("on"), "mixed"}, {offline("off"), "mixed"}, {whole("g1"), "plain"}},
-		"plain node full": {{whole("g1"), "plain"}, {whole("g2"), "plain"}, {whole("g3"), "mixed"}, {online("on"), ""}},
+		"plain node full":          {{whole("g1"), "plain"}, {whole("g2"), "plain"}, {whole("g3"), "mixed"}, {online("on"), ""}},
 	}
 	for _, policy := range []string{"binpack", "spread", "bestfit", "fgd", "fragpack"} {
 		for name, steps := range orders {
