@@ -90,12 +90,17 @@ func regular(path string) bool {
 }
 
 // sharedDir makes dir a directory every container user can write (the
-// library creates its lock files there as the container's user).
+// library creates its lock files there as the container's user), sticky
+// like /tmp (as HAMi's current device plugin makes it): a container cannot
+// remove or replace a lock file another container's user owns.
 func sharedDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
 	}
-	return os.Chmod(dir, 0o777)
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return os.Chmod(dir, 0o777|os.ModeSticky)
 }
 
 // writeFileIfChanged writes data through a temporary file and a rename, so a

@@ -149,8 +149,8 @@ func TestHAMiCoreMemory(t *testing.T) {
 	if len(got.Devices) != 0 {
 		t.Errorf("the backend passes no device nodes (the allocator adds the card's): %v", got.Devices)
 	}
-	for path, want := range map[string]os.FileMode{dir: 0o777, opts.LockDir: 0o777, opts.RegionRoot: 0o755} {
-		if fi, err := os.Stat(path); err != nil || !fi.IsDir() || fi.Mode().Perm() != want {
+	for path, want := range map[string]os.FileMode{dir: 0o777, opts.LockDir: 0o777 | os.ModeSticky, opts.RegionRoot: 0o755} {
+		if fi, err := os.Stat(path); err != nil || !fi.IsDir() || fi.Mode()&(os.ModePerm|os.ModeSticky) != want {
 			t.Errorf("%s: %v %v, want a directory with mode %v", path, fi.Mode(), err, want)
 		}
 	}
