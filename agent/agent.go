@@ -47,6 +47,8 @@ type Config struct {
 	PodResourcesSocket string // "" skips the kubelet comparison
 	Backend            string
 	HAMiLibDir         string
+	HAMiLibName        string // "": the newest libvgpu.so.<version> in HAMiLibDir
+	HAMiLockDir        string
 	MPSRoot            string
 	MPSControlBin      string // "" : the agent runs no MPS control daemons
 	MetricsAddr        string // "" disables metrics and the health probes
@@ -62,8 +64,9 @@ type Config struct {
 	// set, is read for both instead (agent/cgroup).
 	KubeletCgroupRoot, KubeletCgroupDriver, KubeletConfig string
 	// HAMiRegionRoot is the host directory of HAMi-core's per-container
-	// shared regions (<pod UID>_<container>/*.cache); "" leaves suspension
-	// to the freezer (agent/priority, agent/hamiregion).
+	// shared regions (<pod UID>_<container>/cudevshr.cache), which the
+	// hami-core backend creates; "" leaves suspension to the freezer
+	// (agent/priority, agent/hamiregion) and the hami-core backend refuses.
 	HAMiRegionRoot string
 	// FakeActivityFile, with fake cards only (NVML is an *nvml.Fake),
 	// simulates the granted pods' processes and cgroups under CgroupRoot
@@ -193,7 +196,8 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	}
 	mps := a.mpsDaemons(ctx)
 	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
-		Options: enforce.Options{HAMiLibDir: a.cfg.HAMiLibDir, MPSRoot: a.cfg.MPSRoot}}
+		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
+			LibName: a.cfg.HAMiLibName, RegionRoot: a.cfg.HAMiRegionRoot, LockDir: a.cfg.HAMiLockDir}}}
 	if mps != nil {
 		nodeCfg.Options.MPS = mps
 		defer mps.Stop()
@@ -234,6 +238,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	go func() { pluginErr <- a.plugins.Run(ctx, true) }()
 	go a.reconciler(podSource).Run(ctx, a.cfg.ReconcileInterval)
 	defer a.startPriority(ctx, nodeCfg, podSource)()
+	a.startHAMiUpkeep(ctx, nodeCfg, podSource)
 	a.refreshMetrics()
 	if a.cfg.Started != nil {
 		a.cfg.Started(metricsAddr)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/hamicore"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -111,4 +112,25 @@ func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*p
 		Pods: nodePods.Cached, ProcRoot: filepath.Clean(procRoot), RegionRoot: a.cfg.HAMiRegionRoot,
 	})
 	return ctrl, marks, err
+}
+
+// startHAMiUpkeep turns the burst-share switches of HAMi-core regions and
+// removes the region directories of gone pods (agent/hamicore) while ctx
+// runs; nothing without --hami-region-root.
+func (a *agent) startHAMiUpkeep(ctx context.Context, nodeCfg *nodeconfig.Config, nodePods cachedPods) {
+	if a.cfg.HAMiRegionRoot == "" {
+		return
+	}
+	procRoot := a.cfg.ProcRoot
+	if procRoot == "" {
+		procRoot = "/proc"
+	}
+	k, err := hamicore.New(hamicore.Config{Root: a.cfg.HAMiRegionRoot, Grants: a.store.List, Pods: nodePods.Cached,
+		Policy:   func() protocol.Policy { _, p, _ := nodeCfg.Current(); return p },
+		ProcRoot: filepath.Clean(procRoot)})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "HAMi-core upkeep off")
+		return
+	}
+	go k.Run(ctx)
 }

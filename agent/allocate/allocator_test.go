@@ -167,7 +167,8 @@ func TestAllocatorRefusesEmptyAndBackendErrors(t *testing.T) {
 		t.Errorf("no devices: want ErrBadRequest, got %v", err)
 	}
 	a.Config = func() (enforce.Backend, protocol.Policy, error) {
-		_, err := enforce.New(enforce.NameHAMiCore, enforce.Options{HAMiLibDir: t.TempDir()})
+		_, err := enforce.New(enforce.NameHAMiCore, enforce.Options{HAMi: enforce.HAMiOptions{LibDir: t.TempDir(),
+			RegionRoot: filepath.Join(t.TempDir(), "r"), LockDir: filepath.Join(t.TempDir(), "l")}})
 		return nil, "", err
 	}
 	if _, err := a.Allocate(ctx, protocol.ResourceMemory, ids("m", 4)); !errors.Is(err, enforce.ErrHAMiLibMissing) {

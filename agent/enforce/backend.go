@@ -48,8 +48,8 @@ type Backend interface {
 
 // Options configures the backends that need host paths.
 type Options struct {
-	// HAMiLibDir is the host directory holding libvgpu.so (hami-core).
-	HAMiLibDir string
+	// HAMi says where HAMi-core's files are on the host (hami-core).
+	HAMi HAMiOptions
 	// MPS runs or locates the MPS control daemons (mps); nil means DirControl under MPSRoot.
 	MPS MPSControl
 	// MPSRoot is the host directory for per-card MPS pipe directories.
@@ -62,7 +62,7 @@ func New(name string, opts Options) (Backend, error) {
 	case NameEnv:
 		return Env{}, nil
 	case NameHAMiCore:
-		return NewHAMiCore(opts.HAMiLibDir)
+		return NewHAMiCore(opts.HAMi)
 	case NameMPS:
 		ctl := opts.MPS
 		if ctl == nil {

@@ -1,7 +1,6 @@
 package enforce
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,58 +52,6 @@ func TestEnv(t *testing.T) {
 	}
 	if _, err := (Env{}).Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyBestEffort)); err == nil {
 		t.Error("no slices: no error")
-	}
-}
-
-func TestHAMiCore(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := New(NameHAMiCore, Options{HAMiLibDir: dir}); !errors.Is(err, ErrHAMiLibMissing) {
-		t.Fatalf("missing lib: got %v", err)
-	}
-	os.WriteFile(filepath.Join(dir, HAMiLibName), []byte("ELF"), 0o644)
-	b, err := New(NameHAMiCore, Options{HAMiLibDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if data, _ := os.ReadFile(filepath.Join(dir, "ld.so.preload")); string(data) != HAMiContainerLib+"\n" {
-		t.Errorf("ld.so.preload = %q", data)
-	}
-	mem, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0, whole2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if mem.Envs["CUDA_DEVICE_MEMORY_LIMIT_0"] != "8192m" || mem.Envs["CUDA_DEVICE_MEMORY_LIMIT_1"] != "8192m" || mem.Envs["NVIDIA_VISIBLE_DEVICES"] != "GPU-0,GPU-2" {
-		t.Errorf("memory envs %v", mem.Envs)
-	}
-	wantMounts := []*pluginapi.Mount{
-		{ContainerPath: HAMiContainerLib, HostPath: filepath.Join(dir, HAMiLibName), ReadOnly: true},
-		{ContainerPath: "/etc/ld.so.preload", HostPath: filepath.Join(dir, "ld.so.preload"), ReadOnly: true},
-	}
-	if diff := cmp.Diff(wantMounts, mem.Mounts, cmpProto); diff != "" {
-		t.Errorf("mounts (-want +got):\n%s", diff)
-	}
-	compute := []struct {
-		policy protocol.Policy
-		slices []protocol.Slice
-		want   map[string]string
-	}{
-		{protocol.PolicyFixedShare, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force"}},
-		{protocol.PolicyBurstShare, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "default"}},
-		{protocol.PolicyBestEffort, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "GPU_CORE_UTILIZATION_POLICY": "disable"}},
-		{protocol.PolicyFixedShare, []protocol.Slice{whole0, whole2}, map[string]string{"QGPU_CORES": "200", "GPU_CORE_UTILIZATION_POLICY": "disable"}},
-	}
-	for _, tc := range compute {
-		got, err := b.Allocate(req(protocol.ResourceCore, protocol.ClassGeneral, tc.policy, tc.slices...))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if diff := cmp.Diff(tc.want, got.Envs); diff != "" || len(got.Mounts) != 0 {
-			t.Errorf("%s %d slices (-want +got):\n%s mounts %v", tc.policy, len(tc.slices), diff, got.Mounts)
-		}
-	}
-	os.Remove(filepath.Join(dir, HAMiLibName))
-	if _, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)); !errors.Is(err, ErrHAMiLibMissing) {
-		t.Errorf("lib removed after start: got %v", err)
 	}
 }
 

@@ -9,52 +9,75 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// Paths of HAMi-core inside the container, as HAMi's own device plugin uses them.
+// Paths inside the container, as HAMi's device plugin uses them.
 const (
-	HAMiLibName          = "libvgpu.so"
-	HAMiContainerLib     = "/usr/local/vgpu/libvgpu.so"
-	hamiPreloadName      = "ld.so.preload"
-	hamiContainerPreload = "/etc/ld.so.preload"
+	HAMiContainerLib      = "/usr/local/vgpu/libvgpu.so"
+	HAMiContainerPreload  = "/etc/ld.so.preload"
+	HAMiContainerCacheDir = "/tmp/vgpu"
+	HAMiContainerLockDir  = "/tmp/vgpulock"
+	// HAMiPreloadName is the ld.so.preload the agent writes in the region root.
+	HAMiPreloadName = "ld.so.preload"
 )
 
-// ErrHAMiLibMissing is returned when libvgpu.so is not on the host.
-var ErrHAMiLibMissing = errors.New("HAMi-core library missing on the host")
+// Errors of the hami-core backend.
+var (
+	ErrHAMiLibMissing = errors.New("HAMi-core library missing on the host")
+	ErrHAMiConfig     = errors.New("hami-core backend misconfigured")
+)
 
-// HAMiCore enforces memory (hard) and compute (SM utilisation, soft) through
-// HAMi-core's libvgpu.so, preloaded into the container.
-type HAMiCore struct {
+// HAMiOptions says where HAMi-core's files are on the host; the agent sees
+// each at the same path (the DaemonSet mounts them so).
+type HAMiOptions struct {
+	// LibDir holds libvgpu.so or libvgpu.so.<version> (read-only for the agent).
 	LibDir string
+	// LibName picks one file of LibDir; "" picks the newest version.
+	LibName string
+	// RegionRoot holds ld.so.preload and one writable directory per
+	// container (<pod UID>_<container>) with its shared region.
+	RegionRoot string
+	// LockDir is the node-wide lock directory every container shares.
+	LockDir string
 }
 
-// NewHAMiCore checks that libvgpu.so is in libDir and that ld.so.preload is
-// there too (writing it if it is not).
-func NewHAMiCore(libDir string) (*HAMiCore, error) {
-	h := &HAMiCore{LibDir: libDir}
-	if err := h.check(); err != nil {
+// HAMiCore enforces memory (hard) and compute (SM utilisation, soft) through
+// HAMi-core's libvgpu.so, preloaded into the container through its
+// /etc/ld.so.preload. See docs/backend-hami-core.md.
+type HAMiCore struct {
+	opts HAMiOptions
+}
+
+// NewHAMiCore checks the library and prepares the node: the region root
+// with ld.so.preload naming the library's path in the container, and the
+// lock directory.
+func NewHAMiCore(opts HAMiOptions) (*HAMiCore, error) {
+	for _, f := range []struct{ flag, v string }{
+		{"--hami-lib-dir", opts.LibDir}, {"--hami-region-root", opts.RegionRoot}, {"--hami-lock-dir", opts.LockDir},
+	} {
+		if f.v == "" || !filepath.IsAbs(f.v) {
+			return nil, fmt.Errorf("%w: %s %q must be an absolute path", ErrHAMiConfig, f.flag, f.v)
+		}
+	}
+	h := &HAMiCore{opts: opts}
+	if _, err := FindHAMiLib(opts.LibDir, opts.LibName); err != nil {
 		return nil, err
 	}
-	preload := filepath.Join(libDir, hamiPreloadName)
-	if _, err := os.Stat(preload); errors.Is(err, os.ErrNotExist) {
-		if err := os.WriteFile(preload, []byte(HAMiContainerLib+"\n"), 0o644); err != nil {
-			return nil, fmt.Errorf("writing %s: %w", preload, err)
-		}
+	if err := os.MkdirAll(opts.RegionRoot, 0o755); err != nil {
+		return nil, fmt.Errorf("hami-core: creating --hami-region-root: %w", err)
+	}
+	if err := writeFileIfChanged(h.preloadPath(), []byte(HAMiContainerLib+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("hami-core: %w", err)
+	}
+	if err := sharedDir(opts.LockDir); err != nil {
+		return nil, fmt.Errorf("hami-core: --hami-lock-dir: %w", err)
 	}
 	return h, nil
 }
 
-func (h *HAMiCore) check() error {
-	if h.LibDir == "" {
-		return fmt.Errorf("%w: --hami-lib-dir is not set", ErrHAMiLibMissing)
-	}
-	lib := filepath.Join(h.LibDir, HAMiLibName)
-	if fi, err := os.Stat(lib); err != nil || !fi.Mode().IsRegular() {
-		return fmt.Errorf("%w: %s is not a regular file (install HAMi-core on the node)", ErrHAMiLibMissing, lib)
-	}
-	return nil
-}
+func (h *HAMiCore) preloadPath() string { return filepath.Join(h.opts.RegionRoot, HAMiPreloadName) }
 
 // Name implements Backend.
 func (*HAMiCore) Name() string { return NameHAMiCore }
@@ -67,19 +90,16 @@ func (h *HAMiCore) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, 
 	}
 	switch req.Resource {
 	case protocol.ResourceMemory:
-		// Checked per call too: the library may have been removed since start,
-		// and a container without it would run unlimited.
-		if err := h.check(); err != nil {
+		mounts, err := h.mounts(req)
+		if err != nil {
 			return nil, err
 		}
+		resp.Mounts = mounts
 		for i, s := range req.Slices {
 			// i is the CUDA ordinal inside the container: the order of NVIDIA_VISIBLE_DEVICES.
 			resp.Envs["CUDA_DEVICE_MEMORY_LIMIT_"+strconv.Itoa(i)] = strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "m"
 		}
-		resp.Mounts = []*pluginapi.Mount{
-			{ContainerPath: HAMiContainerLib, HostPath: filepath.Join(h.LibDir, HAMiLibName), ReadOnly: true},
-			{ContainerPath: hamiContainerPreload, HostPath: filepath.Join(h.LibDir, hamiPreloadName), ReadOnly: true},
-		}
+		resp.Envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = filepath.Join(HAMiContainerCacheDir, hamiregion.FileName)
 	case protocol.ResourceCore, protocol.ResourceCoreGreedy:
 		for k, v := range hamiCompute(req) {
 			resp.Envs[k] = v
@@ -88,9 +108,38 @@ func (h *HAMiCore) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, 
 	return resp, nil
 }
 
+// mounts checks the node again at every memory answer (a container without
+// the library, or without a writable region directory, would run unlimited
+// or die at its first CUDA call, so the Allocate is refused instead) and
+// creates the container's region directory.
+func (h *HAMiCore) mounts(req Request) ([]*pluginapi.Mount, error) {
+	lib, err := FindHAMiLib(h.opts.LibDir, h.opts.LibName)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := os.Stat(h.preloadPath()); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%w: %s is missing (the agent writes it at start; restart it)", ErrHAMiConfig, h.preloadPath())
+	}
+	if err := sharedDir(h.opts.LockDir); err != nil {
+		return nil, fmt.Errorf("hami-core: --hami-lock-dir: %w", err)
+	}
+	dir, err := hamiregion.PrepareContainerDir(h.opts.RegionRoot, req.PodUID, req.Container)
+	if err != nil {
+		return nil, fmt.Errorf("container %s/%s/%s: %w", req.Namespace, req.Pod, req.Container, err)
+	}
+	return []*pluginapi.Mount{
+		{ContainerPath: HAMiContainerLib, HostPath: lib, ReadOnly: true},
+		{ContainerPath: HAMiContainerPreload, HostPath: h.preloadPath(), ReadOnly: true},
+		{ContainerPath: HAMiContainerCacheDir, HostPath: dir},
+		{ContainerPath: HAMiContainerLockDir, HostPath: h.opts.LockDir},
+	}, nil
+}
+
 // hamiCompute maps the policy onto HAMi-core's SM limit: fixed-share is a hard
-// cap ("force"), burst-share caps only while the card is shared ("default"),
-// best-effort and whole cards have no cap ("disable").
+// cap ("force": the region's switch is ignored), burst-share caps only while
+// the switch in the container's region is on ("default"; agent/hamicore
+// turns it off while the container is alone on its cards), best-effort and
+// whole cards have no cap ("disable").
 func hamiCompute(req Request) map[string]string {
 	_, cores := total(req.Slices[:1])
 	if exclusive(req) || req.Policy == protocol.PolicyBestEffort {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 var le = binary.LittleEndian
@@ -140,11 +141,19 @@ type File struct {
 	f    *os.File
 }
 
-// Open opens path for reading and writing and checks its layout.
+// Open opens path for reading and writing and checks its layout. The file
+// lies in a directory the container can write: a symbolic link there (to
+// another container's region, or to a host file) is refused rather than
+// followed in the agent's view of the host, and so is anything but a
+// regular file.
 func Open(path string) (*File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	f, err := os.OpenFile(path, os.O_RDWR|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("hami region: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("hami region: %s is not a regular file", path)
 	}
 	rf := &File{Path: path, f: f}
 	if _, err := rf.Read(); err != nil {

@@ -68,7 +68,8 @@ func TestBackendLabel(t *testing.T) {
 	libDir := t.TempDir()
 	rec := record.NewFakeRecorder(4)
 	c := &Config{Node: "n1", DefaultBackend: enforce.NameEnv, Recorder: rec,
-		Options: enforce.Options{HAMiLibDir: libDir, MPSRoot: t.TempDir()}}
+		Options: enforce.Options{MPSRoot: t.TempDir(), HAMi: enforce.HAMiOptions{LibDir: libDir,
+			RegionRoot: filepath.Join(t.TempDir(), "regions"), LockDir: filepath.Join(t.TempDir(), "lock")}}}
 	if b, _, err := c.Resolve(node(map[string]string{protocol.LabelEnforcement: "mps"})); err != nil || b.Name() != enforce.NameMPS {
 		t.Errorf("mps: %v %v", b, err)
 	}

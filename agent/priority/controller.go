@@ -84,7 +84,7 @@ type Config struct {
 	// Activity is the NVML activity model (ActivitySamples).
 	Activity ActivityModel
 	// RegionRoot is the host directory of HAMi-core's per-container
-	// regions (<pod UID>_<container>/*.cache); "" turns interception off.
+	// regions (hamiregion.RegionPath); "" turns interception off.
 	RegionRoot string
 	// ProcRoot is the host's /proc, to tell live region processes from dead ones.
 	ProcRoot string

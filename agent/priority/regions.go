@@ -30,8 +30,8 @@ type regionFile struct {
 }
 
 // regionsOf opens the regions of a pod's granted containers:
-// <RegionRoot>/<pod UID>_<container>/*.cache, the directory HAMi's device
-// plugin gives each container. ok is false unless every container has
+// <RegionRoot>/<pod UID>_<container>/cudevshr.cache (hamiregion.RegionPath),
+// where the hami-core backend points each container's region. ok is false unless every container has
 // exactly one region of a known layout.
 func (c *Controller) regionsOf(uid string, containers []string, old []*regionFile) (files []*regionFile, ok bool, err error) {
 	if c.cfg.RegionRoot == "" || len(containers) == 0 {
@@ -49,15 +49,18 @@ func (c *Controller) regionsOf(uid string, containers []string, old []*regionFil
 		}
 	}()
 	for _, name := range containers {
-		paths, _ := filepath.Glob(filepath.Join(c.cfg.RegionRoot, uid+"_"+name, "*.cache"))
-		if len(paths) != 1 {
-			return files, false, nil // not started CUDA yet (0), or ambiguous (>1)
+		path, err := hamiregion.RegionPath(c.cfg.RegionRoot, uid, name)
+		if err != nil {
+			return files, false, err
 		}
-		if r, found := byPath[paths[0]]; found {
+		if r, found := byPath[path]; found {
 			files = append(files, r)
 			continue
 		}
-		f, err := hamiregion.Open(paths[0])
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			return files, false, nil // the container has not started CUDA yet
+		}
+		f, err := hamiregion.Open(path)
 		if err != nil {
 			return files, false, err
 		}

@@ -217,8 +217,8 @@ func (s *Sim) frozenDir(dir string) bool {
 func (s *Sim) EnableRegions(root string) (map[string]string, error) {
 	paths := map[string]string{}
 	for _, p := range simPods[:3] {
-		dir := filepath.Join(root, p.uid+"_c")
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		dir, err := hamiregion.PrepareContainerDir(root, p.uid, "c")
+		if err != nil {
 			return nil, err
 		}
 		im := hamiregion.Image{UUIDs: []string{simCard0}, SMLimit: []uint64{uint64(max(p.cores, 50))},
@@ -226,7 +226,7 @@ func (s *Sim) EnableRegions(root string) (map[string]string, error) {
 		if p.class == protocol.ClassOnline {
 			im.UtilizationSwitch = 1
 		}
-		paths[p.uid] = filepath.Join(dir, "cudevshr.cache")
+		paths[p.uid] = filepath.Join(dir, hamiregion.FileName)
 		if err := im.WriteFile(paths[p.uid]); err != nil {
 			return nil, err
 		}

@@ -71,7 +71,8 @@ func TestParseFlags(t *testing.T) {
 		f.PodResourcesSocket != "/var/lib/kubelet/pod-resources/kubelet.sock" || f.Backend != "env" || f.MetricsAddr != ":9400" ||
 		f.ReconcileInterval != 30*time.Second || f.HealthInterval != 5*time.Second || !f.PriorityController || f.PriorityPoll != 10*time.Millisecond ||
 		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.MPSControlBin != "nvidia-cuda-mps-control" ||
-		f.HAMiLibDir != "/usr/local/vgpu" || f.MPSRoot != "/var/lib/qgpu/mps" || f.logs.Format != "text" {
+		f.HAMiLibDir != "/usr/local/vgpu" || f.MPSRoot != "/var/lib/qgpu/mps" || f.logs.Format != "text" ||
+		f.HAMiLibName != "" || f.HAMiLockDir != "/tmp/vgpulock" || f.HAMiRegionRoot != "" {
 		t.Errorf("defaults: %+v", f)
 	}
 	f, err = parseFlags([]string{"--node-name=n2", "--fake-cards=2xA100-80G,1xT4", "--backend=mps", "--metrics-addr=127.0.0.1:0", "-v=4"})

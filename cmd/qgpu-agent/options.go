@@ -71,7 +71,9 @@ func (o *options) addNodeFlags(fs *pflag.FlagSet) {
 
 func (o *options) addEnforcementFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Backend, "backend", enforce.NameEnv, fmt.Sprintf("enforcement backend when the node has no %s label: %v", "qgpu.io/enforcement", enforce.Names))
-	fs.StringVar(&o.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so (hami-core backend)")
+	fs.StringVar(&o.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so or libvgpu.so.<version>, mounted into containers read-only (hami-core backend)")
+	fs.StringVar(&o.HAMiLibName, "hami-lib-name", "", `the library's file name in --hami-lib-dir ("": the newest libvgpu.so.<version>, else libvgpu.so)`)
+	fs.StringVar(&o.HAMiLockDir, "hami-lock-dir", "/tmp/vgpulock", "host lock directory HAMi-core's containers share, mounted at /tmp/vgpulock (hami-core backend)")
 	fs.StringVar(&o.MPSRoot, "mps-root", "/var/lib/qgpu/mps", "host directory for per-card MPS pipe directories (mps backend)")
 	fs.StringVar(&o.MPSControlBin, "mps-control-bin", "nvidia-cuda-mps-control", `MPS control binary the agent runs per card when the mps backend is selected ("" : an operator runs the daemons; with --fake-cards the default is "")`)
 }
@@ -84,7 +86,7 @@ func (o *options) addPriorityFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KubeletCgroupRoot, "kubelet-cgroup-root", "", "the kubelet's --cgroup-root (\"\" or / for its default), where pod cgroups are")
 	fs.StringVar(&o.KubeletCgroupDriver, "kubelet-cgroup-driver", "", "the kubelet's --cgroup-driver: systemd, cgroupfs, or \"\" to try both")
 	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "read cgroupRoot and cgroupDriver from this kubelet configuration file (e.g. /var/lib/kubelet/config.yaml) instead of the two flags above")
-	fs.StringVar(&o.HAMiRegionRoot, "hami-region-root", "", "host directory of HAMi-core's per-container shared regions (<pod UID>_<container>/*.cache); set, offline pods whose GPU containers all have a region are suspended by holding back their kernel launches instead of the freezer")
+	fs.StringVar(&o.HAMiRegionRoot, "hami-region-root", "", "host directory of HAMi-core's per-container shared regions (<pod UID>_<container>/cudevshr.cache) and the containers' ld.so.preload; required by the hami-core backend, which creates the directories; set, offline pods whose GPU containers all have a region are suspended by holding back their kernel launches instead of the freezer")
 	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc file system (the priority controller maps GPU processes to pods through it)")
 }
 

@@ -4,7 +4,9 @@
 //
 //	{"kind":"dev","name":"nvidia1","char":true,"major":195,"minor":1}
 //	{"kind":"env","name":"QGPU_MEMORY_GIB","value":"4"}
-//	{"kind":"mount","target":"/etc/hosts","source":"/dev/vda","fstype":"ext4"}
+//	{"kind":"mount","target":"/etc/hosts","source":"/dev/vda","fstype":"ext4","ro":true}
+//	{"kind":"file","name":"/etc/ld.so.preload","value":"/usr/local/vgpu/libvgpu.so\n"}
+//	{"kind":"writable","name":"/tmp/vgpu"}
 //	{"kind":"done"}
 package main
 
@@ -32,6 +34,7 @@ type Line struct {
 	Target string `json:"target,omitempty"`
 	Source string `json:"source,omitempty"`
 	FSType string `json:"fstype,omitempty"`
+	RO     bool   `json:"ro,omitempty"`
 }
 
 func main() {
@@ -40,6 +43,7 @@ func main() {
 	devices(emit)
 	environment(emit)
 	mounts(emit)
+	hamiFiles(emit)
 	emit(Line{Kind: "done"})
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -84,10 +88,33 @@ func mounts(emit func(Line)) {
 	for sc.Scan() {
 		pre, post, ok := strings.Cut(sc.Text(), " - ")
 		fields, tail := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(tail) < 2 {
+		if !ok || len(fields) < 6 || len(tail) < 2 {
 			emit(Line{Kind: "error", Value: fmt.Sprintf("mountinfo line %q", sc.Text())})
 			continue
 		}
-		emit(Line{Kind: "mount", Target: fields[4], FSType: tail[0], Source: tail[1]})
+		ro := strings.HasPrefix(fields[5], "ro,") || fields[5] == "ro"
+		emit(Line{Kind: "mount", Target: fields[4], FSType: tail[0], Source: tail[1], RO: ro})
+	}
+}
+
+// hamiFiles prints what the hami-core backend puts in a container, where it
+// exists: the preload file's content and whether the region directory is
+// writable by the container's user.
+func hamiFiles(emit func(Line)) {
+	if data, err := os.ReadFile("/etc/ld.so.preload"); err == nil {
+		emit(Line{Kind: "file", Name: "/etc/ld.so.preload", Value: string(data)})
+	}
+	for _, dir := range []string{"/tmp/vgpu", "/tmp/vgpulock"} {
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		f, err := os.CreateTemp(dir, "probe-")
+		if err != nil {
+			emit(Line{Kind: "error", Value: err.Error()})
+			continue
+		}
+		f.Close()
+		os.Remove(f.Name())
+		emit(Line{Kind: "writable", Name: dir})
 	}
 }
