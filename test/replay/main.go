@@ -24,28 +24,29 @@ var checkpoints = []int{100, 110, 120, 130}
 func main() {
 	nodesPath := flag.String("nodes", "", "node list CSV (openb_node_list_gpu_node.csv)")
 	podsPath := flag.String("pods", "", "pod list CSV (openb_pod_list_default.csv)")
-	policyFlag := flag.String("policy", string(placement.Default), "policy, comma list, or all (the default policy last)")
+	policyFlag := flag.String("policy", "default", "policy, comma list, all, or default (what --profile configures for general pods; with all, it comes last)")
+	profile := flag.String("profile", defaultProfile, "the scheduler profile --policy default reads")
 	seedsFlag := flag.String("seeds", "42-51", "seeds: a range A-B or a comma list")
 	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (the qGPU accounting of docs/design.md)")
 	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
 	out := flag.String("out", "", "directory for replay.csv and replay.png (none if empty)")
 	flag.Parse()
-	if err := run(*nodesPath, *podsPath, *policyFlag, *seedsFlag, sim.Mode(*modeFlag), sim.TieBreak(*ties), *out); err != nil {
+	policies, err := parsePolicies(*policyFlag, *profile)
+	if err == nil {
+		err = run(*nodesPath, *podsPath, policies, *seedsFlag, sim.Mode(*modeFlag), sim.TieBreak(*ties), *out)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "replay:", err)
 		os.Exit(1)
 	}
 }
 
-func run(nodesPath, podsPath, policyFlag, seedsFlag string, mode sim.Mode, ties sim.TieBreak, out string) error {
+func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag string, mode sim.Mode, ties sim.TieBreak, out string) error {
 	if ties != sim.FirstNode && ties != sim.Random {
 		return fmt.Errorf("--ties %q: want first or random", ties)
 	}
 	if mode != sim.Paper && mode != sim.QGPU {
 		return fmt.Errorf("--mode %q: want paper or qgpu", mode)
-	}
-	policies, err := parsePolicies(policyFlag)
-	if err != nil {
-		return err
 	}
 	seeds, err := parseSeeds(seedsFlag)
 	if err != nil {
@@ -77,21 +78,27 @@ func run(nodesPath, podsPath, policyFlag, seedsFlag string, mode sim.Mode, ties 
 	return nil
 }
 
-func parsePolicies(s string) ([]placement.Policy, error) {
-	if s == "all" {
+// parsePolicies reads --policy: names, "all" (every policy, the shipped
+// default last) or "default" (the policy of the profile file).
+func parsePolicies(s, profile string) ([]placement.Policy, error) {
+	if s == "default" || s == "all" {
+		def, err := profilePolicy(profile)
+		if err != nil || s == "default" {
+			return []placement.Policy{def}, err
+		}
 		var out []placement.Policy
 		for _, p := range placement.Policies {
-			if p != placement.Default {
+			if p != def {
 				out = append(out, p)
 			}
 		}
-		return append(out, placement.Default), nil
+		return append(out, def), nil
 	}
 	var out []placement.Policy
 	for _, name := range strings.Split(s, ",") {
 		p := placement.Policy(strings.TrimSpace(name))
 		if !p.Valid() {
-			return nil, fmt.Errorf("--policy %q: want one of %v or all", p, placement.Policies)
+			return nil, fmt.Errorf("--policy %q: want one of %v, all or default", p, placement.Policies)
 		}
 		out = append(out, p)
 	}

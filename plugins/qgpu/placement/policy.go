@@ -15,15 +15,12 @@ const (
 	// card and node whose fragmentation, measured against the workload's
 	// typical pods, grows least. Scores are the paper's truncated sigmoid.
 	FGD Policy = "fgd"
-	// FragPack is the project's default: FGD's fragmentation measure, the
+	// FragPack is FGD's fragmentation measure with the
 	// card by the exact least growth, the node by the growth in tenths of a
 	// card and then a fixed node rank, so that equal nodes are filled one
 	// after the other rather than at random (see fragPackQuantum).
 	FragPack Policy = "fragpack"
 )
-
-// Default is the policy the profiles use when none is named.
-const Default = FragPack
 
 // Policies lists the supported policies, for validation messages.
 var Policies = []Policy{Binpack, Spread, BestFit, FGD, FragPack}
