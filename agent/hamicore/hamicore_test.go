@@ -84,12 +84,7 @@ func (n *node) container(t *testing.T, uid string, hostPID int32, running bool, 
 
 func switchOf(t *testing.T, path string) int32 {
 	t.Helper()
-	f, err := hamiregion.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s, err := f.Read()
+	s, err := hamiregion.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -166,6 +166,16 @@ func Open(path string) (*File, error) {
 // Close closes the file.
 func (f *File) Close() error { return f.f.Close() }
 
+// ReadFile opens the region at path as Open does, reads it once and closes it.
+func ReadFile(path string) (Snapshot, error) {
+	f, err := Open(path)
+	if err != nil {
+		return Snapshot{}, err
+	}
+	defer f.Close()
+	return f.Read()
+}
+
 // Read reads the region again (its layout is checked every time: the
 // container may have replaced the file).
 func (f *File) Read() (Snapshot, error) {

@@ -31,12 +31,7 @@ func interceptionHarness(t *testing.T, edit func(s *Sim, paths map[string]string
 
 func region(t *testing.T, path string) hamiregion.Snapshot {
 	t.Helper()
-	f, err := hamiregion.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s, err := f.Read()
+	s, err := hamiregion.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
