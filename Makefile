@@ -9,7 +9,7 @@ FUZZTIME ?= 10s
 # (test/e2enode has no tests of its own: make e2e-node runs it).
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
-TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin
+TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin qgpu-agent-sim
 
 # The version stamped into every binary and used as the image tag.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo unknown)
@@ -36,6 +36,10 @@ $(BIN)/qgpu-agent: FORCE
 	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/qgpu-agent
 $(BIN)/kubectl-qgpu: FORCE
 	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./cmd/kubectl-qgpu
+# qgpu-agent with the simulated GPU activity, for the mixed nodes of the
+# harness, the playground and make chaos (test/agentsim); never shipped.
+$(BIN)/qgpu-agent-sim: FORCE
+	$(GO) build -ldflags "$(LDFLAGS)" -o $@ ./test/agentsim
 $(BIN)/qgpu-hollow-node: FORCE
 	$(GO) build -o $@ ./test/hollownode
 $(BIN)/qgpu-fake-plugin: FORCE

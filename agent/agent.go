@@ -1,28 +1,24 @@
-// Package agent wires the qgpu-agent together: store, card discovery,
-// inventory, device plugins, health, reconcile and metrics (docs/design.md).
+// Package agent wires the qgpu-agent together (docs/design.md, the agent):
+// it opens the store, finds the cards and starts each part in order. Every
+// part is a package of its own; this one only connects them. The data path
+// reads top to bottom in run: the kubelet's Allocate (agent/deviceplugin)
+// goes to agent/allocate, which records the grant in agent/store and hands
+// it to agent/grantwriter for the pod's qgpu.io/grant annotation.
 package agent
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"net"
-	"time"
 
-	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
-	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/qgpu-scheduler/qgpu/agent/allocate"
 	"github.com/qgpu-scheduler/qgpu/agent/deviceplugin"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
-	"github.com/qgpu-scheduler/qgpu/agent/fakeactivity"
+	"github.com/qgpu-scheduler/qgpu/agent/grantwriter"
+	"github.com/qgpu-scheduler/qgpu/agent/health"
 	"github.com/qgpu-scheduler/qgpu/agent/inventory"
 	"github.com/qgpu-scheduler/qgpu/agent/metrics"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
@@ -34,88 +30,6 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// Config is everything the agent needs; cmd/qgpu-agent fills it from flags.
-type Config struct {
-	NodeName        string
-	Client          kubernetes.Interface
-	NVML            gonvml.Interface
-	DBFile          string
-	DevicePluginDir string
-	// DeviceRoot is the host directory with the cards' device nodes, passed
-	// into containers by Allocate ("" passes none).
-	DeviceRoot         string
-	PodResourcesSocket string // "" skips the kubelet comparison
-	Backend            string
-	HAMiLibDir         string
-	HAMiLibName        string // "": the newest libvgpu.so.<version> in HAMiLibDir
-	HAMiLockDir        string
-	MPSRoot            string
-	MPSControlBin      string // "" : the agent runs no MPS control daemons
-	MetricsAddr        string // "" disables metrics and the health probes
-	HealthInterval     time.Duration
-	ReconcileInterval  time.Duration
-	// The online/offline priority controller (agent/priority).
-	PriorityController         bool
-	PriorityPoll, PriorityIdle time.Duration // 0: the controller's defaults
-	CgroupRoot                 string
-	ProcRoot                   string // "" is /proc
-	// KubeletCgroupRoot and KubeletCgroupDriver say where the kubelet puts
-	// pod cgroups (its --cgroup-root, --cgroup-driver); KubeletConfig, if
-	// set, is read for both instead (agent/cgroup).
-	KubeletCgroupRoot, KubeletCgroupDriver, KubeletConfig string
-	// HAMiRegionRoot is the host directory of HAMi-core's per-container
-	// shared regions (<pod UID>_<container>/cudevshr.cache), which the
-	// hami-core backend creates; "" leaves suspension to the freezer
-	// (agent/priority, agent/hamiregion) and the hami-core backend refuses.
-	HAMiRegionRoot string
-	// FakeActivityFile, with fake cards only (NVML is an *nvml.Fake),
-	// simulates the granted pods' processes and cgroups under CgroupRoot
-	// and ProcRoot, busy or idle as the file says (agent/fakeactivity).
-	FakeActivityFile string
-	// Started, if set, is called once everything runs, with the metrics address.
-	Started func(metricsAddr net.Addr)
-}
-
-// Validate checks the configuration before anything starts.
-func (c *Config) Validate() error {
-	var errs []error
-	if c.NodeName == "" {
-		errs = append(errs, errors.New("node name is required (--node-name or $NODE_NAME)"))
-	}
-	if c.Client == nil || c.NVML == nil {
-		errs = append(errs, errors.New("a client and an NVML interface are required"))
-	}
-	if !known(c.Backend) {
-		errs = append(errs, fmt.Errorf("--backend %q: must be one of %v", c.Backend, enforce.Names))
-	}
-	if c.DBFile == "" || c.DevicePluginDir == "" {
-		errs = append(errs, errors.New("--dbfile and --device-plugin-dir are required"))
-	}
-	if c.HealthInterval <= 0 || c.ReconcileInterval <= 0 {
-		errs = append(errs, errors.New("health and reconcile intervals must be positive"))
-	}
-	if c.FakeActivityFile != "" {
-		if _, fake := c.NVML.(*nvml.Fake); !fake || c.ProcRoot == "" {
-			errs = append(errs, errors.New("--fake-activity-file needs --fake-cards, and --cgroup-root and --proc-root pointing at scratch directories"))
-		} else if err := fakeactivity.CheckRoots(c.CgroupRoot, c.ProcRoot); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if c.PriorityPoll < 0 || c.PriorityIdle < 0 {
-		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
-	}
-	return errors.Join(errs...)
-}
-
-func known(backend string) bool {
-	for _, n := range enforce.Names {
-		if n == backend {
-			return true
-		}
-	}
-	return false
-}
-
 // Run runs the agent until ctx ends, then shuts down cleanly: servers
 // stopped, sockets removed, store closed. Start-up order: store, cards,
 // inventory, informers, device plugins, health, reconcile.
@@ -123,7 +37,6 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	logger := klog.FromContext(ctx)
 	st, err := store.Open(cfg.DBFile)
 	if err != nil {
 		return err
@@ -135,17 +48,18 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer driver.Close()
 	tracker := inventory.NewTracker(driver.Cards())
-	logger.Info("Discovered cards", "node", cfg.NodeName, "cards", len(driver.Cards()))
-	a := &agent{cfg: cfg, store: st, tracker: tracker, metrics: metrics.New(), probes: &probes{store: st, tracker: tracker}}
+	klog.FromContext(ctx).Info("Discovered cards", "node", cfg.NodeName, "cards", len(driver.Cards()))
+	a := &agent{cfg: cfg, store: st, tracker: tracker, metrics: metrics.New(), probes: health.NewProbes(st, tracker)}
 	// The probes answer from here on: while the agent waits for its Node or
 	// the API server, liveness passes and readiness says what is missing.
 	var metricsAddr net.Addr
 	if cfg.MetricsAddr != "" {
-		if metricsAddr, err = a.metrics.Serve(ctx, cfg.MetricsAddr, a.probes.handlers()); err != nil {
+		if metricsAddr, err = a.metrics.Serve(ctx, cfg.MetricsAddr, a.probes.Handlers()); err != nil {
 			return err
 		}
 	}
-	if err := publishWhenRegistered(ctx, cfg, tracker, a.probes.onPublished); err != nil {
+	a.publisher = inventory.NewPublisher(cfg.Client, cfg.NodeName, tracker, a.probes.Published)
+	if err := a.publisher.PublishWhenRegistered(ctx); err != nil {
 		return err
 	}
 	recorder, stopEvents := newRecorder(cfg.Client, cfg.NodeName)
@@ -154,37 +68,14 @@ func Run(ctx context.Context, cfg Config) error {
 	return a.run(ctx, driver, metricsAddr)
 }
 
-// publishWhenRegistered publishes the inventory, waiting while the Node does
-// not exist yet: the kubelet registers it asynchronously, so an agent that
-// starts with the kubelet (the hollow node, a static pod, a node that
-// re-registers) would otherwise exit before its node is there.
-func publishWhenRegistered(ctx context.Context, cfg Config, tracker *inventory.Tracker, published func(*protocol.Inventory)) error {
-	logged := false
-	return wait.PollUntilContextCancel(ctx, 250*time.Millisecond, true, func(ctx context.Context) (bool, error) {
-		inv := tracker.Inventory()
-		err := inventory.Publish(ctx, cfg.Client, cfg.NodeName, inv)
-		if apierrors.IsNotFound(err) {
-			if !logged {
-				klog.FromContext(ctx).Info("Waiting for the Node to be registered", "node", cfg.NodeName)
-				logged = true
-			}
-			return false, nil
-		}
-		if err == nil {
-			published(inv)
-		}
-		return err == nil, err
-	})
-}
-
 type agent struct {
-	cfg      Config
-	store    *store.Store
-	tracker  *inventory.Tracker
-	recorder record.EventRecorder
-	metrics  *metrics.Metrics
-	plugins  *deviceplugin.Manager
-	probes   *probes
+	cfg       Config
+	store     *store.Store
+	tracker   *inventory.Tracker
+	recorder  record.EventRecorder
+	metrics   *metrics.Metrics
+	probes    *health.Probes
+	publisher *inventory.Publisher
 }
 
 func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Addr) error {
@@ -194,49 +85,41 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	if err := podSource.Start(ctx); err != nil {
 		return err
 	}
-	mps := a.mpsDaemons(ctx)
-	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
-		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
-			LibName: a.cfg.HAMiLibName, RegionRoot: a.cfg.HAMiRegionRoot, LockDir: a.cfg.HAMiLockDir}}}
-	if mps != nil {
-		nodeCfg.Options.MPS = mps
-		defer mps.Stop()
-	}
-	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
+	nodeCfg, stopMPS, err := a.enforcement(ctx)
+	if err != nil {
 		return err
 	}
-	if b, policy, err := nodeCfg.Current(); err != nil {
-		// Not fatal: every Allocate reports it, and fixing the node fixes the agent.
-		klog.FromContext(ctx).Error(err, "Enforcement backend unusable; Allocate will refuse until it is fixed")
-	} else {
-		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy)
-		a.startMPS(ctx, mps, b)
-	}
-	grants := newGrantWriter(a.cfg.Client)
-	go grants.run(ctx)
+	defer stopMPS()
+
+	// Allocate → store → grant annotation.
+	grants := grantwriter.New(a.cfg.Client)
+	go grants.Run(ctx)
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
-		Config: nodeCfg.Current, OnPodGranted: grants.enqueue, Cards: a.tracker.Cards, Recorder: a.recorder}
+		Config: nodeCfg.Current, OnPodGranted: grants.Enqueue, Cards: a.tracker.Cards, Recorder: a.recorder}
 	if a.cfg.DeviceRoot != "" {
 		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
 	}
 	if a.cfg.PodResourcesSocket != "" {
 		alloc.Kubelet = podresources.Client{Socket: a.cfg.PodResourcesSocket}
 	}
-	a.plugins = deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
-	defer a.plugins.Stop()
-	a.probes.plugins.Store(a.plugins)
-	publish := newPublisher(a.cfg.Client, a.cfg.NodeName, a.tracker)
-	publish.published = a.probes.onPublished
-	go publish.run(ctx)
+	plugins := deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
+	defer plugins.Stop()
+	a.probes.PluginsStarted(plugins)
+
+	// Card health → inventory, plugins' device lists, metrics.
+	go a.publisher.Run(ctx)
 	a.tracker.Subscribe(func(cards []protocol.Card) {
-		a.plugins.UpdateCards(cards)
-		publish.trigger()
+		plugins.UpdateCards(cards)
+		a.publisher.Trigger()
 		a.refreshMetrics()
 	})
 	go driver.WatchHealth(ctx, a.cfg.HealthInterval, a.onHealth(ctx))
 	pluginErr := make(chan error, 1)
-	go func() { pluginErr <- a.plugins.Run(ctx, true) }()
+	go func() { pluginErr <- plugins.Run(ctx, true) }()
 	go a.reconciler(podSource).Run(ctx, a.cfg.ReconcileInterval)
+
+	// Beside the pods: sidecars, online/offline priority, HAMi-core upkeep.
+	a.startSidecars(ctx, podSource)
 	defer a.startPriority(ctx, nodeCfg, podSource)()
 	a.startHAMiUpkeep(ctx, nodeCfg, podSource)
 	a.refreshMetrics()
@@ -250,6 +133,33 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	case err := <-pluginErr:
 		return err
 	}
+}
+
+// enforcement watches the Node's policy and backend labels and, for the
+// mps backend, starts the per-card control daemons; the returned function
+// stops them.
+func (a *agent) enforcement(ctx context.Context) (*nodeconfig.Config, func(), error) {
+	mps := a.mpsDaemons(ctx)
+	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
+		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
+			LibName: a.cfg.HAMiLibName, RegionRoot: a.cfg.HAMiRegionRoot, LockDir: a.cfg.HAMiLockDir}}}
+	stop := func() {}
+	if mps != nil {
+		nodeCfg.Options.MPS = mps
+		stop = mps.Stop
+	}
+	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if b, policy, err := nodeCfg.Current(); err != nil {
+		// Not fatal: every Allocate reports it, and fixing the node fixes the agent.
+		klog.FromContext(ctx).Error(err, "Enforcement backend unusable; Allocate will refuse until it is fixed")
+	} else {
+		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy)
+		a.startMPS(ctx, mps, b)
+	}
+	return nodeCfg, stop, nil
 }
 
 func (a *agent) reconciler(podSource allocate.PodSource) *reconcile.Reconciler {
@@ -276,8 +186,17 @@ func (a *agent) refreshMetrics() {
 	a.metrics.Update(a.tracker.Cards(), grants)
 }
 
-func newRecorder(client kubernetes.Interface, node string) (record.EventRecorder, func()) {
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "qgpu-agent", Host: node}), b.Shutdown
+// observed counts Allocate outcomes and refreshes the gauges.
+type observed struct {
+	alloc *allocate.Allocator
+	agent *agent
+}
+
+func (o *observed) Allocate(ctx context.Context, resource string, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := o.alloc.Allocate(ctx, resource, ids)
+	o.agent.metrics.ObserveAllocate(resource, err)
+	if err == nil {
+		o.agent.refreshMetrics()
+	}
+	return resp, err
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -79,23 +80,51 @@ func TestErrors(t *testing.T) {
 	}
 }
 
-func TestPodUIDFromCgroupFile(t *testing.T) {
-	for content, want := range map[string]string{
-		"0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b7e3c1a_5d2f_4c8e_9a1b_2c3d4e5f6a7b.slice/cri-containerd-1.scope\n": uid,
-		"12:freezer:/kubepods/burstable/pod" + uid + "/abc\n": uid,
-		"0::/user.slice/user-0.slice/session-1.scope\n":       "",
-		"garbage": "",
-	} {
-		if got := PodUIDFromCgroupFile(content); got != want {
-			t.Errorf("%q: got %q, want %q", content, got, want)
-		}
+// TestProcsPodUID: /proc/<pid>/cgroup of v2, v1 and hybrid hosts, both
+// cgroup drivers; a process outside pods has none; a file that is not a
+// cgroup file is an error naming the pid.
+func TestProcsPodUID(t *testing.T) {
+	systemd := "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0b7e3c1a_5d2f_4c8e_9a1b_2c3d4e5f6a7b.slice/cri-containerd-1.scope"
+	cases := []struct {
+		name, content, want, wantErr string
+	}{
+		{name: "v2 systemd", content: "0::" + systemd + "\n", want: uid},
+		{name: "v1 cgroupfs", content: "12:freezer:/kubepods/burstable/pod" + uid + "/abc\n4:cpu,cpuacct:/kubepods/burstable/pod" + uid + "/abc\n", want: uid},
+		{name: "hybrid", content: "12:freezer:/kubepods/burstable/pod" + uid + "/abc\n0::/\n", want: uid},
+		{name: "not a pod", content: "0::/user.slice/user-0.slice/session-1.scope\n", want: ""},
+		{name: "garbage", content: "garbage", wantErr: "pid 7"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := os.MkdirAll(filepath.Join(root, "7"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(root, "7", "cgroup"), []byte(tc.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			got, err := Procs{Root: root}.PodUID(7)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Errorf("err %v, want one naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("got %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := (Procs{Root: t.TempDir()}).PodUID(8); err == nil {
+		t.Error("a pid without a cgroup file: no error")
 	}
 }
 
-func FuzzPodUIDFromCgroupFile(f *testing.F) {
-	f.Add("0::/kubepods/pod" + uid + "/x")
+func FuzzPodUIDFromPath(f *testing.F) {
+	f.Add("/kubepods/pod" + uid + "/x")
+	f.Add("/kubepods.slice/kubepods-pod0b7e3c1a_5d2f_4c8e_9a1b_2c3d4e5f6a7b.slice")
 	f.Fuzz(func(t *testing.T, s string) {
-		if got := PodUIDFromCgroupFile(s); got != "" && len(got) != 36 {
+		if got := PodUIDFromPath(s); got != "" && (len(got) != 36 || strings.Contains(got, "_")) {
 			t.Errorf("uid %q", got)
 		}
 	})

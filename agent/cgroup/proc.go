@@ -2,11 +2,14 @@ package cgroup
 
 import (
 	"fmt"
-	"os"
+	"maps"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/opencontainers/cgroups"
 )
 
 // podUIDPattern finds the pod UID in a cgroup path of either driver:
@@ -14,18 +17,23 @@ import (
 // or ".../kubepods/burstable/pod1234-abcd-.../..." (cgroupfs, dashes).
 var podUIDPattern = regexp.MustCompile(`pod([0-9a-fA-F]{8}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{4}[-_][0-9a-fA-F]{12})`)
 
-// PodUIDFromCgroupFile returns the pod UID in the contents of a
-// /proc/<pid>/cgroup file, or "" when the process is not in a pod. Every line
-// ("hierarchy-ID:controllers:path") is looked at, so v1, v2 and hybrid
-// systems all work.
-func PodUIDFromCgroupFile(content string) string {
-	for _, line := range strings.Split(content, "\n") {
-		parts := strings.SplitN(line, ":", 3)
-		if len(parts) != 3 {
-			continue
-		}
-		if m := podUIDPattern.FindStringSubmatch(parts[2]); m != nil {
-			return strings.ReplaceAll(m[1], "_", "-")
+// PodUIDFromPath returns the pod UID in a cgroup path of either driver, or
+// "" when the path is not a pod's.
+func PodUIDFromPath(path string) string {
+	if m := podUIDPattern.FindStringSubmatch(path); m != nil {
+		return strings.ReplaceAll(m[1], "_", "-")
+	}
+	return ""
+}
+
+// podUIDIn returns the pod UID in any of a process's cgroup paths (by
+// controller, as opencontainers/cgroups parses /proc/<pid>/cgroup), so v1,
+// v2 and hybrid systems all work; controllers are looked at in order, so
+// the answer does not depend on map order.
+func podUIDIn(paths map[string]string) string {
+	for _, controller := range slices.Sorted(maps.Keys(paths)) {
+		if uid := PodUIDFromPath(paths[controller]); uid != "" {
+			return uid
 		}
 	}
 	return ""
@@ -39,9 +47,9 @@ type Procs struct {
 
 // PodUID returns the UID of the pod that pid belongs to ("" for none).
 func (p Procs) PodUID(pid uint32) (string, error) {
-	data, err := os.ReadFile(filepath.Join(p.Root, strconv.FormatUint(uint64(pid), 10), "cgroup"))
+	paths, err := cgroups.ParseCgroupFile(filepath.Join(p.Root, strconv.FormatUint(uint64(pid), 10), "cgroup"))
 	if err != nil {
 		return "", fmt.Errorf("reading the cgroup of pid %d: %w", pid, err)
 	}
-	return PodUIDFromCgroupFile(string(data)), nil
+	return podUIDIn(paths), nil
 }

@@ -30,10 +30,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultPoll          = 10 * time.Millisecond
-	DefaultIdle          = 100 * time.Millisecond // the promised release delay (docs/priority.md)
-	DefaultGrantsEvery   = 500 * time.Millisecond
-	DefaultEventInterval = time.Minute
+	DefaultPoll        = 10 * time.Millisecond
+	DefaultIdle        = 100 * time.Millisecond // the promised release delay (docs/priority.md)
+	DefaultGrantsEvery = 500 * time.Millisecond
 	// DefaultSampleStale: NVML samples a process every 1/6 s to 1 s,
 	// depending on the card; a busy process with no sample for longer has
 	// stopped. Half a second of margin over the longest period.
@@ -64,10 +63,11 @@ type Config struct {
 	Freezer *cgroup.Freezer
 	Procs   PodResolver
 	// BusyUtil: a process is busy when its SM utilisation sample is above it (percent).
-	BusyUtil      uint32
-	Recorder      record.EventRecorder // nil: no Events
-	EventInterval time.Duration
-	Observer      Observer // nil: no metrics
+	BusyUtil uint32
+	// Recorder gets one Event per suspension (nil: no Events); the agent's
+	// recorder rate-limits them per pod (client-go's correlator).
+	Recorder record.EventRecorder
+	Observer Observer // nil: no metrics
 	// Reporter learns when an offline pod is suspended for a busy online
 	// pod and when it resumes (nil: nobody); the agent shows it on the pod.
 	Reporter PodReporter
@@ -123,9 +123,6 @@ func (c *Config) defaults() error {
 	if c.ProcRoot == "" {
 		c.ProcRoot = "/proc"
 	}
-	if c.EventInterval <= 0 {
-		c.EventInterval = DefaultEventInterval
-	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
 	}
@@ -145,7 +142,6 @@ type Controller struct {
 	pods          map[string]*offline      // offline pods by UID
 	onlineRegions map[string][]*regionFile // online pods' regions by UID
 	pidPods       map[uint32]string        // PID → pod UID cache, cleared with every grants refresh
-	events        map[string]*eventTally   // by pod UID
 	lastGrants    time.Time
 	now           time.Time // the current poll's time
 }
@@ -156,7 +152,7 @@ func New(cfg Config) (*Controller, error) {
 		return nil, err
 	}
 	return &Controller{cfg: cfg, cards: map[string]*card{}, pods: map[string]*offline{},
-		onlineRegions: map[string][]*regionFile{}, pidPods: map[uint32]string{}, events: map[string]*eventTally{}}, nil
+		onlineRegions: map[string][]*regionFile{}, pidPods: map[uint32]string{}}, nil
 }
 
 // Run thaws any offline pod a previous agent left frozen, then polls every
@@ -209,7 +205,6 @@ func (c *Controller) tick(ctx context.Context, now time.Time) {
 	for _, cd := range c.cards {
 		c.decide(ctx, cd, policy, now)
 	}
-	c.flushEvents(now)
 }
 
 // decide reads the card's online activity and suspends or resumes its

@@ -35,16 +35,6 @@ func (nopObserver) NVMLError(CardID)                        {}
 // Event reason on offline pods.
 const ReasonSuspended = "QGPUSuspended"
 
-// eventTally summarises a pod's preemptions between two Events: a busy online
-// pod can freeze an offline one many times a second, and one Event per
-// freeze would flood the API server.
-type eventTally struct {
-	count  int
-	frozen time.Duration
-	since  time.Time // start of the tally
-	last   time.Time // when the last Event was sent
-}
-
 func (c *Controller) suspended(cd *card, p *offline, reason string, latency time.Duration, now time.Time) {
 	p.frozenAt = now
 	if reason != ReasonOnlineBusy {
@@ -52,19 +42,10 @@ func (c *Controller) suspended(cd *card, p *offline, reason string, latency time
 		return
 	}
 	c.cfg.Observer.Suspended(cd.id, reason, latency)
-	t, ok := c.events[p.uid]
-	if !ok {
-		t = &eventTally{since: now}
-		c.events[p.uid] = t
-	}
-	t.count++
-	if !ok {
-		c.sendEvent(p, t, now) // the first preemption is told at once
-	}
+	c.sendEvent(p)
 }
 
 func (c *Controller) resumed(cd *card, p *offline, now time.Time) {
-	held := now.Sub(p.frozenAt)
 	if p.frozen != ReasonOnlineBusy {
 		c.cfg.Observer.Resumed(cd.id, p.frozen, 0)
 		return
@@ -74,30 +55,18 @@ func (c *Controller) resumed(cd *card, p *offline, now time.Time) {
 		latency = now.Sub(cd.act.idleFrom)
 	}
 	c.cfg.Observer.Resumed(cd.id, p.frozen, latency)
-	if t, ok := c.events[p.uid]; ok {
-		t.frozen += held
-	}
 }
 
-// flushEvents sends the summaries that are due: at most one Event per pod per
-// EventInterval.
-func (c *Controller) flushEvents(now time.Time) {
-	for uid, t := range c.events {
-		if t.count > 0 && now.Sub(t.last) >= c.cfg.EventInterval {
-			c.sendEvent(c.pods[uid], t, now)
-		}
-	}
-}
-
-func (c *Controller) sendEvent(p *offline, t *eventTally, now time.Time) {
-	if p == nil {
+// sendEvent tells the offline pod it was suspended. The message is the
+// same for every suspension on a card, so that the agent's recorder, which
+// lets one Event of a reason on a pod through per interval, counts the
+// repeats on one Event instead of writing each (the numbers of suspensions
+// and the time frozen are metrics, docs/priority.md).
+func (c *Controller) sendEvent(p *offline) {
+	if c.cfg.Recorder == nil {
 		return
 	}
-	if c.cfg.Recorder != nil {
-		ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.namespace, Name: p.name, UID: types.UID(p.uid)}
-		c.cfg.Recorder.Event(ref, v1.EventTypeNormal, ReasonSuspended, fmt.Sprintf(
-			"Suspended %d time(s) in the last %s (frozen %s in total) while an online pod on card %d (%s) was busy",
-			t.count, now.Sub(t.since).Round(time.Second), t.frozen.Round(time.Millisecond), p.card.Index, p.card.UUID))
-	}
-	t.count, t.frozen, t.since, t.last = 0, 0, now, now
+	ref := &v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.namespace, Name: p.name, UID: types.UID(p.uid)}
+	c.cfg.Recorder.Event(ref, v1.EventTypeNormal, ReasonSuspended, fmt.Sprintf(
+		"Suspended while an online pod on card %d (%s) was busy", p.card.Index, p.card.UUID))
 }

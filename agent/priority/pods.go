@@ -104,7 +104,6 @@ func (c *Controller) refresh(ctx context.Context, now time.Time) error {
 			c.release(ctx, p, "pod no longer holds an offline grant", now)
 			closeRegions(p.regions)
 			delete(c.pods, uid)
-			delete(c.events, uid)
 			continue
 		}
 		c.updateOffline(ctx, p, pods[uid])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -204,6 +205,14 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 	if err != nil {
 		return err
 	}
+	// Mixed nodes simulate their pods' GPU activity, which only the test
+	// build of the agent can (test/agentsim); the others run the shipped one.
+	simBin := ""
+	if slices.ContainsFunc(opts.Nodes, func(s NodeSpec) bool { return s.Mixed }) {
+		if simBin, err = BinaryPath("", "QGPU_AGENT_SIM_BIN", "qgpu-agent-sim"); err != nil {
+			return err
+		}
+	}
 	for _, spec := range opts.Nodes {
 		root := filepath.Join(c.Dir, "nodes", spec.Name)
 		if err := os.MkdirAll(root, 0o755); err != nil {
@@ -230,7 +239,7 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 		// The node must outlive ctx, which bounds the start only.
 		n, err := StartHollowNode(context.WithoutCancel(ctx), HollowNodeOptions{
 			Name: spec.Name, Kubeconfig: kubeconfig, RootDir: root, Labels: spec.labels(),
-			AgentCmd: agentBin, AgentArgs: args,
+			AgentCmd: spec.agentBinary(agentBin, simBin), AgentArgs: args,
 		})
 		if err != nil {
 			return err

@@ -38,6 +38,14 @@ func (n NodeSpec) simArgs(root string) []string {
 	)
 }
 
+// agentBinary is the agent a node runs: the test build on mixed nodes.
+func (n NodeSpec) agentBinary(shipped, sim string) string {
+	if n.Mixed {
+		return sim
+	}
+	return shipped
+}
+
 // ActivityFile is the node's activity file (mixed nodes only).
 func (n *HollowNode) ActivityFile() string { return filepath.Join(n.RootDir, ActivityFileName) }
 

@@ -1,4 +1,4 @@
-package agent
+package health
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/qgpu-scheduler/qgpu/agent/deviceplugin"
-	"github.com/qgpu-scheduler/qgpu/agent/health"
 	"github.com/qgpu-scheduler/qgpu/agent/inventory"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -24,7 +23,7 @@ const (
 	registrationStallLimit = 5 * time.Minute
 )
 
-// probes are the agent's health checks (docs/agent-health.md).
+// Probes are the agent's health checks (docs/agent-health.md).
 //
 // Readiness (/readyz): the device plugins are registered with the running
 // kubelet, the store answers, and the Node carries the current inventory.
@@ -33,33 +32,44 @@ const (
 // answers, and registration has not been failing for minutes. It never
 // depends on the API server, so an apiserver outage does not make every
 // kubelet restart its agent.
-type probes struct {
+type Probes struct {
 	store   *store.Store
 	tracker *inventory.Tracker
 	// plugins is nil until the agent has published its inventory and
-	// started the plugins.
+	// started the plugins (PluginsStarted).
 	plugins atomic.Pointer[deviceplugin.Manager]
 	// published is the inventory annotation the agent last wrote.
 	published atomic.Pointer[string]
 }
 
-func (p *probes) handlers() map[string]http.Handler {
-	st := health.WithTimeout(health.Check{Name: "store", Run: p.store.Check}, storeCheckTimeout)
-	live := health.Handler("livez", st, health.Check{Name: "device-plugins", Run: p.registrationNotStalled})
-	ready := health.Handler("readyz", st,
-		health.Check{Name: "device-plugins", Run: p.pluginsRegistered},
-		health.Check{Name: "inventory", Run: p.inventoryPublished})
+// NewProbes returns the checks of an agent with st and tracker; until
+// PluginsStarted, the plugins count as waiting for the API server.
+func NewProbes(st *store.Store, tracker *inventory.Tracker) *Probes {
+	return &Probes{store: st, tracker: tracker}
+}
+
+// PluginsStarted records the device plugins once the agent runs them.
+func (p *Probes) PluginsStarted(m *deviceplugin.Manager) { p.plugins.Store(m) }
+
+// Handlers are the HTTP handlers of /livez, /healthz and /readyz.
+func (p *Probes) Handlers() map[string]http.Handler {
+	st := WithTimeout(Check{Name: "store", Run: p.store.Check}, storeCheckTimeout)
+	live := Handler("livez", st, Check{Name: "device-plugins", Run: p.registrationNotStalled})
+	ready := Handler("readyz", st,
+		Check{Name: "device-plugins", Run: p.pluginsRegistered},
+		Check{Name: "inventory", Run: p.inventoryPublished})
 	return map[string]http.Handler{"/livez": live, "/healthz": live, "/readyz": ready}
 }
 
-// onPublished records inv as written to the Node.
-func (p *probes) onPublished(inv *protocol.Inventory) {
+// Published records inv as written to the Node (the inventory publisher's
+// callback).
+func (p *Probes) Published(inv *protocol.Inventory) {
 	if v, err := inv.Encode(); err == nil {
 		p.published.Store(&v)
 	}
 }
 
-func (p *probes) pluginsRegistered() error {
+func (p *Probes) pluginsRegistered() error {
 	m := p.plugins.Load()
 	if m == nil {
 		return errors.New("device plugins not started (waiting to publish the inventory)")
@@ -67,7 +77,7 @@ func (p *probes) pluginsRegistered() error {
 	return m.Ready()
 }
 
-func (p *probes) registrationNotStalled() error {
+func (p *Probes) registrationNotStalled() error {
 	m := p.plugins.Load()
 	if m == nil {
 		return nil // waiting for the API server: a restart would not help
@@ -78,7 +88,7 @@ func (p *probes) registrationNotStalled() error {
 	return nil
 }
 
-func (p *probes) inventoryPublished() error {
+func (p *Probes) inventoryPublished() error {
 	want, err := p.tracker.Inventory().Encode()
 	if err != nil {
 		return err

@@ -1,4 +1,8 @@
-package agent
+// Package suspension writes the priority controller's freezes onto the
+// offline pods as the qgpu.io/suspended annotation (docs/priority.md), at
+// most once per pod per interval, so that the API server does not see each
+// of the many freezes a second a busy online pod can cause.
+package suspension
 
 import (
 	"context"
@@ -12,24 +16,27 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// suspendedEvery is the least time between two writes of a pod's
-// qgpu.io/suspended annotation: a busy online pod can freeze and thaw an
-// offline one many times a second, and the API server must not see each.
-const suspendedEvery = time.Second
+// Every is the least time between two writes of a pod's annotation.
+const Every = time.Second
 
-// suspensionWriter shows the priority controller's freezes on the offline
-// pods as protocol.AnnotationSuspended. It implements priority.PodReporter:
-// the controller only records the wanted state; run writes it, only on
-// change and at most once per suspendedEvery per pod, coalescing what
-// happened in between, so the last state is always the one written.
-type suspensionWriter struct {
+// finalWriteTimeout bounds the last writes after the controller stopped.
+const finalWriteTimeout = 3 * time.Second
+
+// Writer shows the priority controller's freezes on the offline pods as
+// protocol.AnnotationSuspended. It implements priority.PodReporter: the
+// controller only records the wanted state; Run writes it, only on change
+// and at most once per Every per pod, coalescing what happened in between,
+// so the last state is always the one written.
+type Writer struct {
 	client kubernetes.Interface
 	every  time.Duration
+	clock  clock.Clock
 	kick   chan struct{}
 
 	mu   sync.Mutex
@@ -42,14 +49,15 @@ type mark struct {
 	last            time.Time
 }
 
-var _ priority.PodReporter = (*suspensionWriter)(nil)
+var _ priority.PodReporter = (*Writer)(nil)
 
-func newSuspensionWriter(client kubernetes.Interface) *suspensionWriter {
-	return &suspensionWriter{client: client, every: suspendedEvery, kick: make(chan struct{}, 1), pods: map[string]*mark{}}
+// New returns a writer that writes through client; Run does the writing.
+func New(client kubernetes.Interface) *Writer {
+	return &Writer{client: client, every: Every, clock: clock.RealClock{}, kick: make(chan struct{}, 1), pods: map[string]*mark{}}
 }
 
 // PodSuspended implements priority.PodReporter.
-func (w *suspensionWriter) PodSuspended(pod priority.PodRef, suspended bool, at time.Time) {
+func (w *Writer) PodSuspended(pod priority.PodRef, suspended bool, at time.Time) {
 	w.mu.Lock()
 	m := w.pods[pod.UID]
 	if m == nil {
@@ -67,10 +75,10 @@ func (w *suspensionWriter) PodSuspended(pod priority.PodRef, suspended bool, at 
 	}
 }
 
-// clearStale takes over the annotations a previous agent left on the
+// ClearStale takes over the annotations a previous agent left on the
 // node's pods: none is frozen yet, so all are removed (the controller marks
 // again what it freezes).
-func (w *suspensionWriter) clearStale(pods []*v1.Pod) {
+func (w *Writer) ClearStale(pods []*v1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range pods {
@@ -80,24 +88,24 @@ func (w *suspensionWriter) clearStale(pods []*v1.Pod) {
 	}
 }
 
-// run writes until done is closed, then writes what is still pending once
+// Run writes until done is closed, then writes what is still pending once
 // more (the controller thaws everything as it stops) within a few seconds.
-func (w *suspensionWriter) run(ctx context.Context, done <-chan struct{}) {
-	timer := time.NewTimer(time.Hour)
+func (w *Writer) Run(ctx context.Context, done <-chan struct{}) {
+	timer := w.clock.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		next := w.flush(ctx, time.Now(), false)
+		next := w.flush(ctx, w.clock.Now(), false)
 		if next > 0 {
 			timer.Reset(next)
 		}
 		select {
 		case <-done:
-			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Second)
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalWriteTimeout)
 			defer cancel()
-			w.flush(final, time.Now(), true)
+			w.flush(final, w.clock.Now(), true)
 			return
 		case <-w.kick:
-		case <-timer.C:
+		case <-timer.C():
 		}
 	}
 }
@@ -105,7 +113,7 @@ func (w *suspensionWriter) run(ctx context.Context, done <-chan struct{}) {
 // flush writes every pod whose annotation differs from what it wants and
 // whose last write is at least every ago (any, if all), and returns how
 // long until the next one is due (0: none pending).
-func (w *suspensionWriter) flush(ctx context.Context, now time.Time, all bool) time.Duration {
+func (w *Writer) flush(ctx context.Context, now time.Time, all bool) time.Duration {
 	type job struct {
 		uid string
 		m   mark

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,12 +19,12 @@ import (
 	"github.com/qgpu-scheduler/qgpu/internal/version"
 )
 
-// mainEnv makes the test binary run the agent's main (TestJSONLogs).
+// mainEnv makes the test binary run the agent's Main (TestJSONLogs).
 const mainEnv = "QGPU_AGENT_TEST_RUN_MAIN"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(mainEnv) == "1" {
-		main()
+		Main()
 	}
 	os.Exit(m.Run())
 }
@@ -83,15 +84,12 @@ func TestParseFlags(t *testing.T) {
 	if err != nil || f.MPSControlBin != "/opt/mps-control" {
 		t.Errorf("an explicit --mps-control-bin with fake cards: %+v %v", f, err)
 	}
-	if f, err := parseFlags(nil); err != nil || f.ProcRoot != "/proc" || f.FakeActivityFile != "" || f.metricsAddrFile != "" {
+	if f, err := parseFlags(nil); err != nil || f.ProcRoot != "/proc" || f.metricsAddrFile != "" {
 		t.Errorf("defaults of the simulation flags: %+v %v", f, err)
 	}
-	f, err = parseFlags([]string{"--node-name=n3", "--fake-activity-file=/tmp/a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.nvmlFor(); err == nil {
-		t.Error("--fake-activity-file accepted without --fake-cards")
+	// The simulated activity is a test build's (test/agentsim), not the shipped binary's.
+	if _, err := parseFlags([]string{"--fake-activity-file=/tmp/a"}); err == nil {
+		t.Error("--fake-activity-file accepted by the production command")
 	}
 	if _, err := parseFlags([]string{"extra"}); err == nil || !strings.Contains(err.Error(), "unexpected arguments") {
 		t.Errorf("stray argument: %v", err)
@@ -112,15 +110,15 @@ func TestManifestArgsParse(t *testing.T) {
 		// test/harness (cluster.go, colocation.go), test/integration
 		// (agent_helpers_test.go, agent_health_test.go), test/chaos (env.go)
 		// and test/e2enode (check.go's kustomize patch).
+		// (Mixed nodes run test/agentsim, whose test parses their arguments.)
 		"harness": {"--fake-cards=2xT4", "--dbfile=/tmp/r/meta.db", "--metrics-addr=127.0.0.1:0", "--kubeconfig=/tmp/r/kubeconfig",
-			"--metrics-addr-file=/tmp/r/metrics-addr", "--fake-activity-file=/tmp/r/activity",
-			"--cgroup-root=/tmp/r/fake-host/sys/fs/cgroup", "--proc-root=/tmp/r/fake-host/proc"},
+			"--metrics-addr-file=/tmp/r/metrics-addr"},
 		"integration": {"--kubeconfig=/tmp/k", "--fake-cards=2xT4", "--dbfile=/tmp/q/meta.db",
 			"--pod-resources-socket=/tmp/kubelet/pod-resources/kubelet.sock", "--metrics-addr=127.0.0.1:0", "--reconcile-interval=1s", "-v=2"},
 		"chaos":    {"--reconcile-interval=1s", "--health-interval=300ms", "--fake-health-file=/tmp/health"},
 		"e2e-node": {"--dbfile=/var/lib/qgpu/meta.db", "--backend=env", "--fake-cards=2xT4", "--device-root=/tmp/e2e-dev"},
 	}
-	for _, file := range []string{"../../manifests/agent/daemonset.yaml", "../../manifests/overlays/colocation/agent-colocation.yaml"} {
+	for _, file := range []string{"../../../manifests/agent/daemonset.yaml", "../../../manifests/overlays/colocation/agent-colocation.yaml"} {
 		cases[file] = agentArgs(t, file)
 	}
 	for name, args := range cases {
@@ -208,5 +206,22 @@ func TestNVMLChoice(t *testing.T) {
 	}
 	if !errors.Is(err, nvml.ErrNoNVML) || !strings.Contains(err.Error(), "--fake-cards") {
 		t.Errorf("no driver: %v", err)
+	}
+}
+
+// TestProductionLinksNoSimulation: the shipped binary cannot simulate GPU
+// activity by accident: it does not even link agent/fakeactivity (the test
+// build test/agentsim does).
+func TestProductionLinksNoSimulation(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/qgpu-scheduler/qgpu/cmd/qgpu-agent").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 100 || !slices.Contains(deps, "github.com/qgpu-scheduler/qgpu/agent") {
+		t.Fatalf("go list -deps listed %d packages, without the agent: %q", len(deps), out)
+	}
+	if slices.Contains(deps, "github.com/qgpu-scheduler/qgpu/agent/fakeactivity") {
+		t.Error("cmd/qgpu-agent links agent/fakeactivity")
 	}
 }

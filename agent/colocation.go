@@ -1,5 +1,9 @@
 package agent
 
+// The parts that run beside the pods: MPS control daemons, the online/offline
+// priority controller with its suspension writer, HAMi-core upkeep and the
+// sidecars a test build adds.
+
 import (
 	"context"
 	"fmt"
@@ -13,6 +17,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/hamicore"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
+	"github.com/qgpu-scheduler/qgpu/agent/suspension"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -50,21 +55,18 @@ func (a *agent) startPriority(ctx context.Context, nodeCfg *nodeconfig.Config, n
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	if err := a.startFakeActivity(ctx, nodePods); err != nil {
-		klog.FromContext(ctx).Error(err, "Fake activity off")
-	}
 	ctrl, marks, err := a.newPriority(nodeCfg, nodePods)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Priority controller off: online pods will not preempt offline ones")
 		return cancel
 	}
 	if pods, err := nodePods.Cached(); err == nil {
-		marks.clearStale(pods)
+		marks.ClearStale(pods)
 	}
 	ctrlDone, marksDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(marksDone)
-		marks.run(ctx, ctrlDone)
+		marks.Run(ctx, ctrlDone)
 	}()
 	go func() {
 		defer close(ctrlDone)
@@ -80,7 +82,18 @@ type cachedPods interface {
 	Cached() ([]*v1.Pod, error)
 }
 
-func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*priority.Controller, *suspensionWriter, error) {
+// startSidecars starts the configured sidecars in order; one that fails is
+// logged and left out.
+func (a *agent) startSidecars(ctx context.Context, nodePods cachedPods) {
+	node := NodeState{Grants: a.store.List, Pods: nodePods.Cached}
+	for i, start := range a.cfg.Sidecars {
+		if err := start(ctx, node); err != nil {
+			klog.FromContext(ctx).Error(err, "Sidecar off", "sidecar", i)
+		}
+	}
+}
+
+func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*priority.Controller, *suspension.Writer, error) {
 	freezer, err := cgroup.Detect(a.cfg.CgroupRoot)
 	if err != nil {
 		return nil, nil, err
@@ -103,7 +116,7 @@ func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*p
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	marks := newSuspensionWriter(a.cfg.Client)
+	marks := suspension.New(a.cfg.Client)
 	ctrl, err := priority.New(priority.Config{
 		Poll: a.cfg.PriorityPoll, Idle: a.cfg.PriorityIdle, Grants: a.store.List,
 		Policy:  func() protocol.Policy { _, p, _ := nodeCfg.Current(); return p },

@@ -1,4 +1,4 @@
-package agent
+package apiretry
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-func TestRetry(t *testing.T) {
-	old := retryBase
-	retryBase = time.Millisecond
-	t.Cleanup(func() { retryBase = old })
+func TestDo(t *testing.T) {
+	old := Base
+	Base = time.Millisecond
+	t.Cleanup(func() { Base = old })
 	boom := errors.New("boom")
 	notFound := apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, "p")
 	cases := []struct {
@@ -38,7 +38,7 @@ func TestRetry(t *testing.T) {
 				cancel()
 			}
 			calls := 0
-			err := retry(ctx, tc.attempts, func() error {
+			err := Do(ctx, tc.attempts, func() error {
 				r := tc.results[min(calls, len(tc.results)-1)]
 				calls++
 				return r

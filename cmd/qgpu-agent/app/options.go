@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"fmt"
@@ -28,6 +28,14 @@ type options struct {
 	version         bool
 	logs            *logsapi.LoggingConfiguration
 	featureGate     featuregate.MutableVersionedFeatureGate
+	// What a test build adds (Option).
+	extraFlags []namedFlags
+	sidecars   []func(*agent.Config) (agent.Sidecar, error)
+}
+
+type namedFlags struct {
+	section string
+	add     func(*pflag.FlagSet)
 }
 
 func newOptions() *options {
@@ -48,6 +56,9 @@ func (o *options) flagSets() cliflag.NamedFlagSets {
 	o.addEnforcementFlags(fss.FlagSet("enforcement"))
 	o.addPriorityFlags(fss.FlagSet("priority"))
 	o.addSimulationFlags(fss.FlagSet("simulation (no GPU)"))
+	for _, f := range o.extraFlags {
+		f.add(fss.FlagSet(f.section))
+	}
 	logsapi.AddFlags(o.logs, fss.FlagSet("logs"))
 	o.featureGate.AddFlag(fss.FlagSet("logs"))
 	global := fss.FlagSet("global")
@@ -93,7 +104,6 @@ func (o *options) addPriorityFlags(fs *pflag.FlagSet) {
 func (o *options) addSimulationFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.fakeCards, "fake-cards", "", `simulate cards instead of NVML, e.g. "4xT4", "2xA100-80G,1xT4", "2x20480MiB:MyModel"`)
 	fs.StringVar(&o.fakeHealthFile, "fake-health-file", "", "with --fake-cards: a file listing unhealthy cards, one index or UUID per line")
-	fs.StringVar(&o.FakeActivityFile, "fake-activity-file", "", "with --fake-cards: simulate a process and a cgroup for every granted pod under --cgroup-root and --proc-root (scratch directories), busy or idle as this file says, one \"<namespace>/<pod> busy|idle\" a line (agent/fakeactivity)")
 }
 
 // complete fills the defaults that depend on other flags. Fake cards have

@@ -1,0 +1,95 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"time"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+)
+
+// Config is everything the agent needs; cmd/qgpu-agent fills it from flags.
+type Config struct {
+	NodeName        string
+	Client          kubernetes.Interface
+	NVML            gonvml.Interface
+	DBFile          string
+	DevicePluginDir string
+	// DeviceRoot is the host directory with the cards' device nodes, passed
+	// into containers by Allocate ("" passes none).
+	DeviceRoot         string
+	PodResourcesSocket string // "" skips the kubelet comparison
+	Backend            string
+	HAMiLibDir         string
+	HAMiLibName        string // "": the newest libvgpu.so.<version> in HAMiLibDir
+	HAMiLockDir        string
+	MPSRoot            string
+	MPSControlBin      string // "" : the agent runs no MPS control daemons
+	MetricsAddr        string // "" disables metrics and the health probes
+	HealthInterval     time.Duration
+	ReconcileInterval  time.Duration
+	// The online/offline priority controller (agent/priority).
+	PriorityController         bool
+	PriorityPoll, PriorityIdle time.Duration // 0: the controller's defaults
+	CgroupRoot                 string
+	ProcRoot                   string // "" is /proc
+	// KubeletCgroupRoot and KubeletCgroupDriver say where the kubelet puts
+	// pod cgroups (its --cgroup-root, --cgroup-driver); KubeletConfig, if
+	// set, is read for both instead (agent/cgroup).
+	KubeletCgroupRoot, KubeletCgroupDriver, KubeletConfig string
+	// HAMiRegionRoot is the host directory of HAMi-core's per-container
+	// shared regions (<pod UID>_<container>/cudevshr.cache), which the
+	// hami-core backend creates; "" leaves suspension to the freezer
+	// (agent/priority, agent/hamiregion) and the hami-core backend refuses.
+	HAMiRegionRoot string
+	// Sidecars run beside the agent (Sidecar). The production command
+	// starts none.
+	Sidecars []Sidecar
+	// Started, if set, is called once everything runs, with the metrics address.
+	Started func(metricsAddr net.Addr)
+}
+
+// NodeState is what a Sidecar may read of the running agent.
+type NodeState struct {
+	Grants func() ([]store.Grant, error) // the store's grant records
+	Pods   func() ([]*v1.Pod, error)     // the node's pods, from the informer's cache
+}
+
+// A Sidecar is started beside the agent once the pod informer runs and
+// before the priority controller, so that what it prepares (a simulated
+// cgroup tree) is there when the controller looks. It returns once started
+// and runs until ctx ends; an error is logged and the agent runs on. The
+// simulated GPU activity of the test binary (test/agentsim) is one.
+type Sidecar func(ctx context.Context, node NodeState) error
+
+// Validate checks the configuration before anything starts.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node name is required (--node-name or $NODE_NAME)"))
+	}
+	if c.Client == nil || c.NVML == nil {
+		errs = append(errs, errors.New("a client and an NVML interface are required"))
+	}
+	if !slices.Contains(enforce.Names, c.Backend) {
+		errs = append(errs, fmt.Errorf("--backend %q: must be one of %v", c.Backend, enforce.Names))
+	}
+	if c.DBFile == "" || c.DevicePluginDir == "" {
+		errs = append(errs, errors.New("--dbfile and --device-plugin-dir are required"))
+	}
+	if c.HealthInterval <= 0 || c.ReconcileInterval <= 0 {
+		errs = append(errs, errors.New("health and reconcile intervals must be positive"))
+	}
+	if c.PriorityPoll < 0 || c.PriorityIdle < 0 {
+		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
+	}
+	return errors.Join(errs...)
+}
