@@ -2,7 +2,6 @@ package allocate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -58,30 +57,36 @@ type Allocator struct {
 }
 
 // Allocate answers one container's request for deviceIDs of resource.
+// The call goes, in this order of evidence (README: "Which container is
+// this call for"), to the container the kubelet is admitting (Match), to a
+// container whose grant the kubelet asks for again with the same devices
+// (repeated) or with fresh ones after losing its record (re-issued), never
+// to a container the kubelet already lists as holding the resource; when
+// the evidence names two containers with different answers, it refuses.
 func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
 	if len(deviceIDs) == 0 {
 		return nil, fmt.Errorf("%w: no device IDs for %s", ErrBadRequest, resource)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	logger := klog.FromContext(ctx)
 	backend, policy, err := a.Config()
 	if err != nil {
 		return nil, fmt.Errorf("enforcement backend: %w", err)
 	}
-	cand, err := a.match(ctx, resource, int64(len(deviceIDs)))
-	if errors.Is(err, ErrNoMatch) {
-		// Only when no container is waiting: the kubelet hands an app container
-		// the devices of an init container it reuses, so equal IDs alone do not
-		// mean a repeated call.
-		if g, ok := a.repeated(ctx, resource, deviceIDs); ok {
-			logger.V(2).Info("Repeated Allocate answered from the store", "pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "resource", resource)
-			return a.answer(ctx, backend, g, policy)
-		}
-	}
+	c, err := a.route(ctx, resource, deviceIDs)
 	if err != nil {
 		return nil, err
 	}
+	if c.existing != nil {
+		return a.answerAgain(ctx, backend, policy, *c.existing, deviceIDs)
+	}
+	return a.grantNew(ctx, backend, policy, c.first, resource, deviceIDs)
+}
+
+// grantNew hands the container its first grant of resource: capacity
+// check, the backend's answer, the record, and the grant annotation once
+// the pod is complete.
+func (a *Allocator) grantNew(ctx context.Context, backend enforce.Backend, policy protocol.Policy, cand *Candidate, resource string, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
 	g := a.grantOf(cand, resource, deviceIDs)
 	if err := a.withinCapacity(ctx, g); err != nil {
 		err = fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
@@ -97,9 +102,28 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 	if err := a.Store.Put(g); err != nil {
 		return nil, fmt.Errorf("recording the grant: %w", err)
 	}
-	logger.V(2).Info("Granted", "pod", klog.KObj(cand.Pod), "container", g.Container, "resource", resource,
+	klog.FromContext(ctx).V(2).Info("Granted", "pod", klog.KObj(cand.Pod), "container", g.Container, "resource", resource,
 		"amount", g.Amount, "backend", backend.Name(), "devices", len(deviceIDs))
 	a.notifyIfComplete(cand)
+	return resp, nil
+}
+
+// answerAgain answers a container that already holds grant g with the same
+// grant (same cards, same environment and mounts), and records the devices
+// the kubelet now gave it, so the reconciler finds the record by them.
+func (a *Allocator) answerAgain(ctx context.Context, backend enforce.Backend, policy protocol.Policy, g store.Grant, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
+	resp, err := a.answer(ctx, backend, g, policy)
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
+	}
+	if !sameIDs(g.DeviceIDs, deviceIDs) {
+		g.DeviceIDs = append([]string(nil), deviceIDs...)
+		if err := a.Store.Replace([]string{g.Key()}, []store.Grant{g}); err != nil {
+			return nil, fmt.Errorf("recording the re-issued devices: %w", err)
+		}
+	}
+	klog.FromContext(ctx).V(2).Info("Answered again with the container's grant", "pod", klog.KRef(g.Namespace, g.Name),
+		"container", g.Container, "resource", g.Resource, "cards", len(g.Slices))
 	return resp, nil
 }
 
@@ -143,90 +167,6 @@ func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, g store
 	}
 	resp.Devices = append(resp.Devices, specs...)
 	return resp, nil
-}
-
-// repeated finds the grant of a call the kubelet repeats with the same
-// devices (it re-admits a container it already allocated). A record of a pod
-// that is gone or terminal does not count: the kubelet has freed its devices
-// and may hand them to someone else; the reconciler drops such records.
-func (a *Allocator) repeated(ctx context.Context, resource string, ids []string) (store.Grant, bool) {
-	g, ok, err := a.Store.ByDevices(resource, ids)
-	if err != nil || !ok {
-		return store.Grant{}, false
-	}
-	pods, err := a.Pods.Cached()
-	if err != nil || !alive(pods, g.PodUID) {
-		if pods, err = a.Pods.Fresh(ctx); err != nil {
-			return store.Grant{}, false
-		}
-	}
-	return g, alive(pods, g.PodUID)
-}
-
-func alive(pods []*v1.Pod, uid string) bool {
-	for _, p := range pods {
-		if string(p.UID) == uid {
-			return p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed
-		}
-	}
-	return false
-}
-
-// match tries the informer cache first; when nothing matches there, the cache
-// may lag the kubelet (which watches the same pods), so it lists once from the
-// API server before refusing.
-func (a *Allocator) match(ctx context.Context, resource string, n int64) (*Candidate, error) {
-	granted := a.granted()
-	known := a.known(ctx)
-	pods, err := a.Pods.Cached()
-	if err == nil {
-		if cand, err := Match(a.Node, pods, granted, known, resource, n); err == nil {
-			return cand, nil
-		} else if !errors.Is(err, ErrNoMatch) {
-			return nil, err
-		}
-	}
-	pods, err = a.Pods.Fresh(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%w for %d of %s in the cache, and listing pods from the API server failed: %v", ErrNoMatch, n, resource, err)
-	}
-	return Match(a.Node, pods, granted, known, resource, n)
-}
-
-// known asks the kubelet which pods it has taken in. The pod being admitted
-// is the only one of them without all its grants, which tells apart pods with
-// identical requests that the order rule alone would confuse. nil (every pod
-// counts) when there is no Kubelet or it does not answer.
-func (a *Allocator) known(ctx context.Context) Known {
-	if a.Kubelet == nil {
-		return nil
-	}
-	list, err := a.Kubelet.List(ctx)
-	if err != nil {
-		klog.FromContext(ctx).Info("Kubelet's pod list unavailable, matching by order alone", "err", err)
-		return nil
-	}
-	names := make(map[string]bool, len(list))
-	for _, p := range list {
-		names[p.GetNamespace()+"/"+p.GetName()] = true
-	}
-	return func(namespace, name string) bool { return names[namespace+"/"+name] }
-}
-
-// granted reads the store once per call: one transaction instead of one per
-// (pod, container) the matcher looks at.
-func (a *Allocator) granted() Granted {
-	grants, err := a.Store.List()
-	if err != nil {
-		// An unreadable store counts as all granted: refusing is better than
-		// handing a container out twice.
-		return func(string, string, string) bool { return true }
-	}
-	keys := make(map[string]bool, len(grants))
-	for _, g := range grants {
-		keys[g.Key()] = true
-	}
-	return func(podUID, container, resource string) bool { return keys[store.Key(podUID, container, resource)] }
 }
 
 func (a *Allocator) grantOf(c *Candidate, resource string, ids []string) store.Grant {

@@ -12,3 +12,11 @@ type noMatch struct{ msg string }
 
 func (e *noMatch) Error() string { return e.msg }
 func (e *noMatch) Unwrap() error { return ErrNoMatch }
+
+// ErrAmbiguous is wrapped when two containers with different answers can be
+// the one a call is for.
+var ErrAmbiguous = errors.New("ambiguous Allocate call")
+
+// ErrStoreUnreadable is wrapped when the grant records cannot be read: the
+// call is refused rather than risk handing a container out twice.
+var ErrStoreUnreadable = errors.New("grant store unreadable")
