@@ -10,6 +10,8 @@ import (
 	"context"
 	"net"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -65,7 +67,22 @@ func Run(ctx context.Context, cfg Config) error {
 	recorder, stopEvents := newRecorder(cfg.Client, cfg.NodeName)
 	defer stopEvents()
 	a.recorder = recorder
+	reportSkipped(ctx, recorder, cfg.NodeName, driver.Skipped())
 	return a.run(ctx, driver, metricsAddr)
+}
+
+// ReasonCardNotShared is the Warning Event on the Node for a card the agent
+// does not advertise (MIG mode).
+const ReasonCardNotShared = "QGPUCardNotShared"
+
+// reportSkipped tells, in the log and on the Node, which cards are not
+// advertised and why: the node's capacity is smaller than nvidia-smi shows.
+func reportSkipped(ctx context.Context, recorder record.EventRecorder, node string, skipped []nvml.SkippedCard) {
+	ref := &v1.ObjectReference{Kind: "Node", Name: node, UID: types.UID(node)}
+	for _, s := range skipped {
+		klog.FromContext(ctx).Info("Card not advertised", "index", s.Index, "uuid", s.UUID, "reason", s.Reason)
+		recorder.Eventf(ref, v1.EventTypeWarning, ReasonCardNotShared, "Card %d (%s) is not shared: %s", s.Index, s.UUID, s.Reason)
+	}
 }
 
 type agent struct {
@@ -95,7 +112,13 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	grants := grantwriter.New(a.cfg.Client)
 	go grants.Run(ctx)
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
-		Config: nodeCfg.Current, OnPodGranted: grants.Enqueue, Cards: a.tracker.Cards, Recorder: a.recorder}
+		Config: nodeCfg.Current, OnPodGranted: grants.Enqueue, Cards: a.tracker.Cards, Recorder: a.recorder,
+		Grantable: func(uuid string) error {
+			if err := a.tracker.Grantable(uuid); err != nil {
+				return err
+			}
+			return driver.Grantable(uuid)
+		}}
 	if a.cfg.DeviceRoot != "" {
 		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
 	}
@@ -174,7 +197,7 @@ func (a *agent) reconciler(podSource allocate.PodSource) *reconcile.Reconciler {
 func (a *agent) onHealth(ctx context.Context) func(nvml.HealthEvent) {
 	return func(e nvml.HealthEvent) {
 		klog.FromContext(ctx).Info("Card health changed", "index", e.Index, "uuid", e.UUID, "healthy", e.Healthy, "reason", e.Reason)
-		a.tracker.SetHealth(e.UUID, e.Healthy)
+		a.tracker.SetHealth(e.UUID, e.Healthy, e.Reason)
 	}
 }
 

@@ -52,6 +52,9 @@ type Allocator struct {
 	// Devices, when set, adds the granted cards' device nodes to the memory
 	// answer (every qGPU container holds memory, so each gets them once).
 	Devices *enforce.DeviceNodes
+	// Grantable, when set, refuses a card that must not be handed out now
+	// (unhealthy, in MIG mode, not this node's), saying which and why.
+	Grantable func(uuid string) error
 
 	mu sync.Mutex
 }
@@ -88,6 +91,9 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 // the pod is complete.
 func (a *Allocator) grantNew(ctx context.Context, backend enforce.Backend, policy protocol.Policy, cand *Candidate, resource string, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
 	g := a.grantOf(cand, resource, deviceIDs)
+	if err := a.cardsGrantable(g); err != nil {
+		return nil, err
+	}
 	if err := a.withinCapacity(ctx, g); err != nil {
 		err = fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
 		if a.Recorder != nil {
@@ -112,6 +118,9 @@ func (a *Allocator) grantNew(ctx context.Context, backend enforce.Backend, polic
 // grant (same cards, same environment and mounts), and records the devices
 // the kubelet now gave it, so the reconciler finds the record by them.
 func (a *Allocator) answerAgain(ctx context.Context, backend enforce.Backend, policy protocol.Policy, g store.Grant, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
+	if err := a.cardsGrantable(g); err != nil {
+		return nil, err
+	}
 	resp, err := a.answer(ctx, backend, g, policy)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
@@ -125,6 +134,20 @@ func (a *Allocator) answerAgain(ctx context.Context, backend enforce.Backend, po
 	klog.FromContext(ctx).V(2).Info("Answered again with the container's grant", "pod", klog.KRef(g.Namespace, g.Name),
 		"container", g.Container, "resource", g.Resource, "cards", len(g.Slices))
 	return resp, nil
+}
+
+// cardsGrantable refuses the grant when one of its cards must not be
+// handed out now.
+func (a *Allocator) cardsGrantable(g store.Grant) error {
+	if a.Grantable == nil {
+		return nil
+	}
+	for _, s := range g.Slices {
+		if err := a.Grantable(s.UUID); err != nil {
+			return fmt.Errorf("pod %s/%s container %s: %w: %w", g.Namespace, g.Name, g.Container, ErrCardNotGrantable, err)
+		}
+	}
+	return nil
 }
 
 // ReasonOverCapacity is the reason of the event on a pod whose grant was refused.

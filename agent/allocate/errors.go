@@ -20,3 +20,7 @@ var ErrAmbiguous = errors.New("ambiguous Allocate call")
 // ErrStoreUnreadable is wrapped when the grant records cannot be read: the
 // call is refused rather than risk handing a container out twice.
 var ErrStoreUnreadable = errors.New("grant store unreadable")
+
+// ErrCardNotGrantable is wrapped when a card of the grant must not be handed
+// out now: unhealthy, in MIG mode, or not this node's.
+var ErrCardNotGrantable = errors.New("card not grantable")

@@ -2,6 +2,8 @@ package inventory
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -38,7 +40,7 @@ func TestTrackerHealth(t *testing.T) {
 	var mu sync.Mutex
 	var seen [][]protocol.Card
 	tr.Subscribe(func(c []protocol.Card) { mu.Lock(); seen = append(seen, c); mu.Unlock() })
-	if !tr.SetHealth("GPU-a", false) || tr.SetHealth("GPU-a", false) || tr.SetHealth("GPU-zz", false) {
+	if !tr.SetHealth("GPU-a", false, "test") || tr.SetHealth("GPU-a", false, "test") || tr.SetHealth("GPU-zz", false, "test") {
 		t.Fatal("SetHealth reported the wrong changes")
 	}
 	if len(seen) != 1 || seen[0][1].Healthy {
@@ -53,7 +55,7 @@ func TestTrackerHealth(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			tr.SetHealth("GPU-b", i%2 == 0)
+			tr.SetHealth("GPU-b", i%2 == 0, "test")
 			_ = tr.Inventory()
 		}()
 	}
@@ -81,5 +83,28 @@ func TestPublish(t *testing.T) {
 	}
 	if err := Publish(ctx, client, "missing", inv); err == nil {
 		t.Error("missing node: no error")
+	}
+}
+
+// TestGrantable: an unhealthy card is refused with its index, UUID and why;
+// a healthy or unknown one is not the tracker's to refuse.
+func TestGrantable(t *testing.T) {
+	tr := NewTracker(cards())
+	tr.SetHealth("GPU-b", false, "NVML reported critical Xid 79")
+	for _, tc := range []struct {
+		uuid, want string
+	}{
+		{"GPU-a", ""},
+		{"GPU-zz", ""},
+		{"GPU-b", "card 1 (GPU-b): NVML reported critical Xid 79"},
+	} {
+		err := tr.Grantable(tc.uuid)
+		if tc.want == "" && err != nil || tc.want != "" && (!errors.Is(err, ErrUnhealthy) || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: %v, want %q", tc.uuid, err, tc.want)
+		}
+	}
+	tr.SetHealth("GPU-b", true, "")
+	if err := tr.Grantable("GPU-b"); err != nil {
+		t.Errorf("healed card: %v", err)
 	}
 }

@@ -54,7 +54,7 @@ func TestPublisher(t *testing.T) {
 		t.Errorf("first inventory %+v", inv)
 	}
 	go p.Run(ctx)
-	tr.SetHealth("GPU-b", false)
+	tr.SetHealth("GPU-b", false, "test")
 	p.Trigger()
 	inv := <-published
 	if inv.Cards[1].Healthy {

@@ -3,6 +3,8 @@
 package inventory
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -11,14 +13,18 @@ import (
 // Tracker holds the cards and their health; it is safe for concurrent use.
 // Subscribers are called, outside the lock, after every health change.
 type Tracker struct {
-	mu    sync.Mutex
-	cards []protocol.Card
-	subs  []func([]protocol.Card)
+	mu      sync.Mutex
+	cards   []protocol.Card
+	reasons map[string]string // by UUID: why the card is unhealthy
+	subs    []func([]protocol.Card)
 }
+
+// ErrUnhealthy is wrapped by Grantable's refusal of an unhealthy card.
+var ErrUnhealthy = errors.New("card unhealthy")
 
 // NewTracker returns a tracker for cards (copied).
 func NewTracker(cards []protocol.Card) *Tracker {
-	return &Tracker{cards: append([]protocol.Card(nil), cards...)}
+	return &Tracker{cards: append([]protocol.Card(nil), cards...), reasons: map[string]string{}}
 }
 
 // Cards returns a copy of the cards.
@@ -55,10 +61,15 @@ func (t *Tracker) Subscribe(fn func([]protocol.Card)) {
 	t.subs = append(t.subs, fn)
 }
 
-// SetHealth records the health of the card with uuid and reports whether it
-// changed; subscribers run only on a change.
-func (t *Tracker) SetHealth(uuid string, healthy bool) bool {
+// SetHealth records the health of the card with uuid, and why, and reports
+// whether it changed; subscribers run only on a change.
+func (t *Tracker) SetHealth(uuid string, healthy bool, reason string) bool {
 	t.mu.Lock()
+	if healthy {
+		delete(t.reasons, uuid)
+	} else {
+		t.reasons[uuid] = reason
+	}
 	changed := false
 	for i := range t.cards {
 		if t.cards[i].UUID == uuid && t.cards[i].Healthy != healthy {
@@ -87,4 +98,17 @@ func (t *Tracker) ByUUID(uuid string) (protocol.Card, bool) {
 		}
 	}
 	return protocol.Card{}, false
+}
+
+// Grantable refuses a card the tracker knows to be unhealthy, naming it and
+// why; a card it does not know is for NVML to judge (nvml.Driver.Grantable).
+func (t *Tracker) Grantable(uuid string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range t.cards {
+		if c.UUID == uuid && !c.Healthy {
+			return fmt.Errorf("%w: card %d (%s): %s", ErrUnhealthy, c.Index, c.UUID, t.reasons[uuid])
+		}
+	}
+	return nil
 }

@@ -15,12 +15,25 @@ import (
 // ErrNoNVML is returned by Open when the NVML library is not installed.
 var ErrNoNVML = errors.New("NVML library not found (no NVIDIA driver on this machine?); use --fake-cards to simulate cards")
 
-// Driver is an initialised NVML with the node's devices.
+// ErrNotGrantable is wrapped by Grantable's refusals.
+var ErrNotGrantable = errors.New("card cannot be granted")
+
+// Driver is an initialised NVML with the node's devices. Cards in MIG mode
+// are not among its cards (Skipped): qGPU shares whole cards, and a card
+// split into MIG devices is not one.
 type Driver struct {
 	lib     nvml.Interface
 	devices []nvml.Device
 	cards   []protocol.Card
 	minors  map[string]int
+	skipped []SkippedCard
+}
+
+// SkippedCard is a card the node has but the agent does not advertise.
+type SkippedCard struct {
+	Index  int
+	UUID   string
+	Reason string
 }
 
 // Open initialises NVML and discovers the cards. Close must be called.
@@ -70,6 +83,10 @@ func (d *Driver) discover() error {
 		if err != nil {
 			return err
 		}
+		if reason := migReason(dev); reason != "" {
+			d.skipped = append(d.skipped, SkippedCard{Index: card.Index, UUID: card.UUID, Reason: reason})
+			continue
+		}
 		minor, ret := dev.GetMinorNumber()
 		if ret != nvml.SUCCESS {
 			return fmt.Errorf("device %d (%s): getting minor number: %s", i, card.UUID, ret.Error())
@@ -82,6 +99,50 @@ func (d *Driver) discover() error {
 		d.minors[card.UUID] = minor
 	}
 	return nil
+}
+
+// Skipped returns the cards discovery left out, with why.
+func (d *Driver) Skipped() []SkippedCard {
+	return append([]SkippedCard(nil), d.skipped...)
+}
+
+// migReason says why a card's MIG mode keeps it from being shared whole, or
+// "" when MIG is off or the card does not have it. A mode that cannot be
+// read counts against the card: advertising a MIG card as whole would hand
+// out memory that its MIG devices own.
+func migReason(dev nvml.Device) string {
+	current, pending, ret := dev.GetMigMode()
+	switch {
+	case ret == nvml.ERROR_NOT_SUPPORTED:
+		return ""
+	case ret != nvml.SUCCESS:
+		return fmt.Sprintf("its MIG mode cannot be read (%s)", ret.Error())
+	case current == nvml.DEVICE_MIG_ENABLE:
+		return "MIG mode is enabled (the card is split into MIG devices, which qGPU does not share)"
+	case pending == nvml.DEVICE_MIG_ENABLE:
+		return "MIG mode is pending (enabled at the card's next reset)"
+	}
+	return ""
+}
+
+// Grantable says whether a grant may go to card uuid now: not to a card
+// discovery left out, nor to one whose MIG mode has been turned on since,
+// nor to a UUID that is not this node's.
+func (d *Driver) Grantable(uuid string) error {
+	for _, s := range d.skipped {
+		if s.UUID == uuid {
+			return fmt.Errorf("%w: card %d (%s) is not advertised: %s", ErrNotGrantable, s.Index, s.UUID, s.Reason)
+		}
+	}
+	for i, c := range d.cards {
+		if c.UUID == uuid {
+			if reason := migReason(d.devices[i]); reason != "" {
+				return fmt.Errorf("%w: card %d (%s): %s", ErrNotGrantable, c.Index, c.UUID, reason)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: card %s is not one of this node's cards", ErrNotGrantable, uuid)
 }
 
 // Minor returns the minor number of the card with this UUID: its device node

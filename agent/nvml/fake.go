@@ -28,6 +28,8 @@ type Fake struct {
 	events     chan nvml.EventData
 	procs      map[int]map[uint32]uint32 // card index → pid → SM utilisation
 	procErr    map[int]nvml.Return
+	mig        map[int][2]int // card index → current, pending MIG mode
+	waitErrs   chan nvml.Return
 }
 
 var _ nvml.Interface = (*Fake)(nil)
@@ -38,7 +40,8 @@ var _ nvml.Interface = (*Fake)(nil)
 // UUID per line); the file may be absent, which means all cards are healthy.
 func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 	f := &Fake{lost: map[int]bool{}, healthFile: healthFile, events: make(chan nvml.EventData, 64),
-		procs: map[int]map[uint32]uint32{}, procErr: map[int]nvml.Return{}}
+		procs: map[int]map[uint32]uint32{}, procErr: map[int]nvml.Return{}, mig: map[int][2]int{},
+		waitErrs: make(chan nvml.Return, 8)}
 	for i, c := range cards {
 		f.uuids = append(f.uuids, fakespec.UUID(seed, i))
 		f.devices = append(f.devices, f.newDevice(i, c))
@@ -92,7 +95,27 @@ func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 		return f.processUtilization(index, since)
 	}
 	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return f.runningProcesses(index) }
+	d.GetMigModeFunc = func() (int, int, nvml.Return) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		m := f.mig[index]
+		return m[0], m[1], nvml.SUCCESS
+	}
 	return d
+}
+
+// SetMIG sets card index's current and pending MIG mode
+// (nvml.DEVICE_MIG_ENABLE or nvml.DEVICE_MIG_DISABLE, the default).
+func (f *Fake) SetMIG(index, current, pending int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.mig[index] = [2]int{current, pending}
+}
+
+// InjectEventWaitError makes the next wait for NVML events fail with ret,
+// as a driver in trouble would.
+func (f *Fake) InjectEventWaitError(ret nvml.Return) {
+	f.waitErrs <- ret
 }
 
 // UUID returns the UUID of card index.
@@ -138,6 +161,8 @@ func (f *Fake) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 	t := time.NewTimer(time.Duration(timeoutMs) * time.Millisecond)
 	defer t.Stop()
 	select {
+	case ret := <-f.waitErrs:
+		return nvml.EventData{}, ret
 	case e := <-f.events:
 		return e, nvml.SUCCESS
 	case <-t.C:

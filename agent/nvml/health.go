@@ -24,27 +24,30 @@ var applicationXids = map[uint64]bool{13: true, 31: true, 43: true, 45: true, 68
 // WatchHealth reports health changes until ctx ends: a failed health query
 // (polled every interval) makes a card unhealthy until a query succeeds again;
 // a critical Xid or double-bit ECC event makes it unhealthy until the agent
-// restarts (the card needs a reset). onChange runs on this goroutine.
+// restarts (the card needs a reset). A failed wait for events (other than
+// its timeout) makes every card unhealthy, as NVIDIA's device plugin does:
+// the agent can no longer see a card's critical errors. The event set is
+// then opened again at every poll; once it opens, the cards are healthy
+// again as far as events go. onChange runs on this goroutine.
 func (d *Driver) WatchHealth(ctx context.Context, interval time.Duration, onChange func(HealthEvent)) {
 	logger := klog.FromContext(ctx)
-	set, ret := d.lib.EventSetCreate()
-	if ret != nvml.SUCCESS {
-		logger.Error(fmt.Errorf("%s", ret.Error()), "NVML events unavailable; polling health only")
-		set = nil
-	} else {
-		defer set.Free()
-		d.registerEvents(logger, set)
+	w := &healthWatch{driver: d, logger: logger, onChange: onChange, queryFailed: map[int]bool{}, xid: map[int]uint64{}}
+	if err := w.openEvents(); err != nil {
+		logger.Error(err, "NVML events unavailable; polling health only")
 	}
-	w := &healthWatch{driver: d, onChange: onChange, queryFailed: map[int]bool{}, xid: map[int]uint64{}}
+	defer w.closeEvents()
 	w.poll()
 	next := time.Now().Add(interval)
 	for ctx.Err() == nil {
-		if set != nil {
-			w.waitEvent(set, 200)
+		if w.set != nil {
+			w.waitEvent(200)
 		} else {
 			sleep(ctx, 200*time.Millisecond)
 		}
 		if time.Now().After(next) {
+			if w.eventErr != "" {
+				w.reopenEvents()
+			}
 			w.poll()
 			next = time.Now().Add(interval)
 		}
@@ -76,7 +79,10 @@ func sleep(ctx context.Context, d time.Duration) {
 
 type healthWatch struct {
 	driver      *Driver
+	logger      klog.Logger
 	onChange    func(HealthEvent)
+	set         nvml.EventSet  // nil: polling only
+	eventErr    string         // the failed event wait, "" when events work
 	queryFailed map[int]bool   // by position
 	xid         map[int]uint64 // sticky critical Xid by position
 	reported    []bool         // last reported health by position, nil until the first poll
@@ -89,9 +95,43 @@ func (w *healthWatch) poll() {
 	w.report()
 }
 
-func (w *healthWatch) waitEvent(set nvml.EventSet, timeoutMs uint32) {
-	e, ret := set.Wait(timeoutMs)
+func (w *healthWatch) openEvents() error {
+	set, ret := w.driver.lib.EventSetCreate()
 	if ret != nvml.SUCCESS {
+		return fmt.Errorf("creating the NVML event set: %s", ret.Error())
+	}
+	w.set = set
+	w.driver.registerEvents(w.logger, set)
+	return nil
+}
+
+func (w *healthWatch) closeEvents() {
+	if w.set != nil {
+		w.set.Free()
+		w.set = nil
+	}
+}
+
+// reopenEvents tries to open the event set again after a failed wait.
+func (w *healthWatch) reopenEvents() {
+	if err := w.openEvents(); err != nil {
+		w.logger.Error(err, "NVML events still failing; every card stays unhealthy")
+		return
+	}
+	w.logger.Info("NVML events work again", "after", w.eventErr)
+	w.eventErr = ""
+}
+
+func (w *healthWatch) waitEvent(timeoutMs uint32) {
+	e, ret := w.set.Wait(timeoutMs)
+	switch {
+	case ret == nvml.ERROR_TIMEOUT:
+		return
+	case ret != nvml.SUCCESS:
+		w.logger.Error(fmt.Errorf("%s", ret.Error()), "Waiting for NVML events failed; marking every card unhealthy")
+		w.eventErr = ret.Error()
+		w.closeEvents()
+		w.report()
 		return
 	}
 	if e.EventType == nvml.EventTypeXidCriticalError && applicationXids[e.EventData] {
@@ -117,7 +157,7 @@ func (w *healthWatch) report() {
 	}
 	for i, c := range w.driver.cards {
 		_, sticky := w.xid[i]
-		healthy := !w.queryFailed[i] && !sticky
+		healthy := !w.queryFailed[i] && !sticky && w.eventErr == ""
 		if healthy == w.reported[i] {
 			continue
 		}
@@ -135,6 +175,9 @@ func (w *healthWatch) reason(i int) string {
 	}
 	if w.queryFailed[i] {
 		return "NVML health query failed"
+	}
+	if w.eventErr != "" {
+		return "waiting for NVML events failed (" + w.eventErr + "): the card's critical errors cannot be seen"
 	}
 	return "NVML health query succeeded"
 }
