@@ -111,20 +111,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	// Allocate → store → grant annotation.
 	grants := grantwriter.New(a.cfg.Client)
 	go grants.Run(ctx)
-	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
-		Config: nodeCfg.Current, OnPodGranted: grants.Enqueue, Cards: a.tracker.Cards, Recorder: a.recorder,
-		Grantable: func(uuid string) error {
-			if err := a.tracker.Grantable(uuid); err != nil {
-				return err
-			}
-			return driver.Grantable(uuid)
-		}}
-	if a.cfg.DeviceRoot != "" {
-		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
-	}
-	if a.cfg.PodResourcesSocket != "" {
-		alloc.Kubelet = podresources.Client{Socket: a.cfg.PodResourcesSocket}
-	}
+	alloc := a.allocator(driver, podSource, nodeCfg, grants)
 	plugins := deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
 	defer plugins.Stop()
 	a.probes.PluginsStarted(plugins)
@@ -156,6 +143,27 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	case err := <-pluginErr:
 		return err
 	}
+}
+
+// allocator answers the kubelet's Allocate calls: the assigned slice, only
+// on a card that is healthy and not in MIG mode, recorded in the store and
+// handed to the grant writer.
+func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nodeCfg *nodeconfig.Config, grants *grantwriter.Writer) *allocate.Allocator {
+	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
+		Config: nodeCfg.Current, OnPodGranted: grants.Enqueue, Cards: a.tracker.Cards, Recorder: a.recorder,
+		Grantable: func(uuid string) error {
+			if err := a.tracker.Grantable(uuid); err != nil {
+				return err
+			}
+			return driver.Grantable(uuid)
+		}}
+	if a.cfg.DeviceRoot != "" {
+		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
+	}
+	if a.cfg.PodResourcesSocket != "" {
+		alloc.Kubelet = podresources.Client{Socket: a.cfg.PodResourcesSocket}
+	}
+	return alloc
 }
 
 // enforcement watches the Node's policy and backend labels and, for the
