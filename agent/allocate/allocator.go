@@ -193,10 +193,18 @@ func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, g store
 }
 
 func (a *Allocator) grantOf(c *Candidate, resource string, ids []string) store.Grant {
-	now := time.Now
+	return grantFor(c, resource, ids, a.now())
+}
+
+func (a *Allocator) now() time.Time {
 	if a.Now != nil {
-		now = a.Now
+		return a.Now()
 	}
+	return time.Now()
+}
+
+// grantFor is the record of c's grant of resource with the devices ids.
+func grantFor(c *Candidate, resource string, ids []string, now time.Time) store.Grant {
 	return store.Grant{
 		PodUID: string(c.Pod.UID), Namespace: c.Pod.Namespace, Name: c.Pod.Name,
 		Container: c.Container.Name, Resource: resource,
@@ -204,7 +212,7 @@ func (a *Allocator) grantOf(c *Candidate, resource string, ids []string) store.G
 		Amount:    Amount(c.Assignment.Class, c.Container, resource),
 		Class:     c.Assignment.Class,
 		Slices:    append([]protocol.Slice(nil), c.Container.Slices...),
-		GrantedAt: now().UTC(),
+		GrantedAt: now.UTC(),
 	}
 }
 

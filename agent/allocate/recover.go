@@ -3,6 +3,7 @@ package allocate
 import (
 	"context"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
@@ -58,24 +59,44 @@ func (a *Allocator) lostGrants(p *v1.Pod, view *kubeletView, have, recorded map[
 	if err != nil {
 		return nil
 	}
-	granted, _ := GrantOf(p)
 	var out []store.Grant
 	for _, c := range containerOrder(p, assignment) {
 		for _, r := range protocol.Resources {
 			ids := view.holds(p.Namespace, p.Name, c.Name, r)
-			amount := Amount(assignment.Class, c, r)
-			if amount == 0 || len(ids) == 0 || have[store.Key(string(p.UID), c.Name, r)] ||
+			if len(ids) == 0 || have[store.Key(string(p.UID), c.Name, r)] ||
 				slices.ContainsFunc(ids, func(id string) bool { return recorded[r+"/"+id] }) {
 				continue
 			}
-			cand := &Candidate{Pod: p, Assignment: assignment, Container: c}
-			if got := grantedContainer(granted, string(p.UID), c.Name); got != nil {
-				cand.Container = *got
+			if g, _, ok := RecoveredGrant(p, a.Node, c.Name, r, ids, a.now()); ok {
+				out = append(out, g)
 			}
-			out = append(out, a.grantOf(cand, r, ids))
 		}
 	}
 	return out
+}
+
+// RecoveredGrant rebuilds the record of what container holds of resource,
+// for a container the kubelet lists with devices the store has no record
+// of: the pod's qgpu.io/grant annotation (what the agent answered) when it
+// names the container, else its assignment, with the kubelet's device IDs.
+// It says which source it used; false when the pod's assignment gives the
+// container none of the resource (nothing the agent can have answered).
+func RecoveredGrant(pod *v1.Pod, node, container, resource string, devices []string, now time.Time) (store.Grant, string, bool) {
+	assignment, err := AssignmentOf(pod, node)
+	if err != nil {
+		return store.Grant{}, "", false
+	}
+	i := slices.IndexFunc(assignment.Containers, func(c protocol.ContainerAssignment) bool { return c.Name == container })
+	if i < 0 || Amount(assignment.Class, assignment.Containers[i], resource) == 0 {
+		return store.Grant{}, "", false
+	}
+	cand, source := &Candidate{Pod: pod, Assignment: assignment, Container: assignment.Containers[i]}, "assignment"
+	granted, _ := GrantOf(pod)
+	if got := grantedContainer(granted, string(pod.UID), container); got != nil {
+		cand.Container, source = *got, "grant annotation"
+	}
+	g := grantFor(cand, resource, devices, now)
+	return g, source, true
 }
 
 // grantedContainer is the container's entry in the pod's grant annotation,

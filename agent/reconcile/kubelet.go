@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
+	"github.com/qgpu-scheduler/qgpu/agent/allocate"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -49,6 +51,16 @@ func (r *Reconciler) compareKubelet(ctx context.Context, alive map[string]*v1.Po
 			continue
 		}
 		if !ok {
+			if g, source, ok := allocate.RecoveredGrant(h.pod, r.Node, h.container, h.resource, h.devices, time.Now()); ok {
+				// A lost store: the record is put back, so the card's capacity
+				// counts it and its slice is not answered to another pod.
+				puts = append(puts, g)
+				res.Recovered++
+				r.event(h.pod, v1.EventTypeWarning, ReasonGrantRecovered, fmt.Sprintf(
+					"container %s holds %d %s devices that the agent had no record of; recorded again from the pod's %s: card(s) %s",
+					h.container, len(h.devices), h.resource, source, cards(g)))
+				continue
+			}
 			res.Unknown++
 			r.event(h.pod, v1.EventTypeWarning, ReasonUnknownDevices, fmt.Sprintf(
 				"container %s holds %d %s devices that the agent has no record of; its grant cannot be reported", h.container, len(h.devices), h.resource))

@@ -27,6 +27,9 @@ const (
 	ReasonGrantRewritten = "QGPUGrantRewritten"
 	ReasonGrantMoved     = "QGPUGrantMismatch"
 	ReasonUnknownDevices = "QGPUUnrecordedDevices"
+	// ReasonGrantRecovered: the kubelet lists devices the store had lost the
+	// record of, and the record was put back from the pod.
+	ReasonGrantRecovered = "QGPUGrantRecovered"
 )
 
 // Reconciler holds what one pass needs.
@@ -45,7 +48,8 @@ type Reconciler struct {
 type Result struct {
 	Dropped   int // grants of pods that are gone or terminal
 	Moved     int // grants moved to the container the kubelet gave the devices to
-	Unknown   int // containers holding devices with no record
+	Unknown   int // containers holding devices with no record that could not be recovered
+	Recovered int // records put back for devices the kubelet lists
 	Written   int // grant annotations written (missing or wrong)
 	Rewritten int // of which were wrong
 }
@@ -57,7 +61,7 @@ func (r *Reconciler) Run(ctx context.Context, interval time.Duration) {
 		if res, err := r.Once(ctx); err != nil {
 			logger.Error(err, "Reconcile pass failed")
 		} else if res != (Result{}) {
-			logger.Info("Reconciled", "dropped", res.Dropped, "moved", res.Moved, "unknown", res.Unknown, "written", res.Written, "rewritten", res.Rewritten)
+			logger.Info("Reconciled", "dropped", res.Dropped, "moved", res.Moved, "unknown", res.Unknown, "recovered", res.Recovered, "written", res.Written, "rewritten", res.Rewritten)
 		}
 	}, interval)
 }

@@ -137,17 +137,32 @@ func TestOnce(t *testing.T) {
 	}
 }
 
-func TestUnknownDevicesAndAbsentKubelet(t *testing.T) {
+// TestLostRecordsRecoveredAndAbsentKubelet: devices the kubelet lists and
+// the store has no record of (a lost store) are recorded again from the
+// pod's grant annotation, else its assignment; without an assignment that
+// gives the container the resource, they are only reported. An absent
+// PodResources socket is not an error.
+func TestLostRecordsRecoveredAndAbsentKubelet(t *testing.T) {
 	ctx := context.Background()
 	s, _ := store.Open(filepath.Join(t.TempDir(), "meta.db"))
 	defer s.Close()
 	p, _ := pod("p", 4, 30, 0)
-	client := fake.NewClientset(p)
+	bare, _ := pod("bare", 4, 30, 1)
+	delete(bare.Annotations, protocol.AnnotationAssignment)
+	client := fake.NewClientset(p, bare)
 	rec := record.NewFakeRecorder(8)
 	r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node), Recorder: rec,
-		PodResources: fakeKubelet{holds(p, "x", 4)}}
-	if res, err := r.Once(ctx); err != nil || res.Unknown != 1 {
-		t.Errorf("unknown devices: %+v %v", res, err)
+		PodResources: fakeKubelet{holds(p, "x", 4), holds(bare, "y", 4)}}
+	if res, err := r.Once(ctx); err != nil || res.Recovered != 1 || res.Unknown != 1 {
+		t.Errorf("lost records: %+v %v, want 1 recovered and 1 unknown", res, err)
+	}
+	g, ok, err := s.Get(string(p.UID), "main", protocol.ResourceMemory)
+	if err != nil || !ok || len(g.DeviceIDs) != 4 || len(g.Slices) != 1 || g.Slices[0].Index != 0 {
+		t.Errorf("recovered record %+v (ok %v, err %v): want the kubelet's 4 devices on card 0", g, ok, err)
+	}
+	events := strings.Join(drain(rec), "\n")
+	if !strings.Contains(events, ReasonGrantRecovered) || !strings.Contains(events, ReasonUnknownDevices) {
+		t.Errorf("events:\n%s", events)
 	}
 	r.PodResources = podresources.Client{Socket: filepath.Join(t.TempDir(), "absent.sock")}
 	if _, err := r.Once(ctx); err != nil {

@@ -78,7 +78,7 @@ func checkGrantsStand(t *testing.T, cs kubernetes.Interface, assigned map[string
 		if diff := cmp.Diff(a, waitGrant(t, cs, "default", name)); diff != "" {
 			t.Errorf("pod %s: grant changed (-assignment +grant):\n%s", name, diff)
 		}
-		for _, reason := range []string{"QGPUGrantRewritten", "QGPUGrantMismatch", "QGPUUnrecordedDevices"} {
+		for _, reason := range []string{"QGPUGrantRewritten", "QGPUGrantMismatch", "QGPUUnrecordedDevices", "QGPUGrantRecovered"} {
 			if evs := podEvents(t, cs, "default", name, reason); len(evs) > 0 {
 				t.Errorf("pod %s: %s events %q", name, reason, evs)
 			}
