@@ -54,10 +54,21 @@ type Options struct {
 	MPS MPSControl
 	// MPSRoot is the host directory for per-card MPS pipe directories.
 	MPSRoot string
+	// Delivery hands every backend's answer to the runtime
+	// (--device-list-strategy); nil is envvar.
+	Delivery *Delivery
 }
 
-// New returns the backend called name.
+// New returns the backend called name, delivering through opts.Delivery.
 func New(name string, opts Options) (Backend, error) {
+	b, err := newBackend(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return opts.Delivery.Wrap(b), nil
+}
+
+func newBackend(name string, opts Options) (Backend, error) {
 	switch name {
 	case NameEnv:
 		return Env{}, nil
