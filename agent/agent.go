@@ -50,7 +50,13 @@ type Config struct {
 	HAMiLibName        string // "": the newest libvgpu.so.<version> in HAMiLibDir
 	HAMiLockDir        string
 	MPSRoot            string
-	MPSControlBin      string // "" : the agent runs no MPS control daemons
+	// DeviceListStrategy is how Allocate answers reach the runtime
+	// (enforce.Strategies; "" is envvar). The CDI strategies write the
+	// agent's specs into CDISpecDir and find the cards' devices in the
+	// node's specs under CDINodeSpecDirs.
+	DeviceListStrategy string
+	CDISpecDir         string
+	CDINodeSpecDirs    []string
 	MetricsAddr        string // "" disables metrics and the health probes
 	HealthInterval     time.Duration
 	ReconcileInterval  time.Duration
@@ -84,6 +90,11 @@ func (c *Config) Validate() error {
 	}
 	if c.Client == nil || c.NVML == nil {
 		errs = append(errs, errors.New("a client and an NVML interface are required"))
+	}
+	if c.DeviceListStrategy != "" {
+		if _, err := enforce.ParseStrategy(c.DeviceListStrategy); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if !known(c.Backend) {
 		errs = append(errs, fmt.Errorf("--backend %q: must be one of %v", c.Backend, enforce.Names))
@@ -194,14 +205,13 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	if err := podSource.Start(ctx); err != nil {
 		return err
 	}
-	mps := a.mpsDaemons(ctx)
-	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
-		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
-			LibName: a.cfg.HAMiLibName, RegionRoot: a.cfg.HAMiRegionRoot, LockDir: a.cfg.HAMiLockDir}}}
-	if mps != nil {
-		nodeCfg.Options.MPS = mps
-		defer mps.Stop()
+	delivery, err := a.delivery()
+	if err != nil {
+		return err
 	}
+	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
+		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, Delivery: delivery, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
+			LibName: a.cfg.HAMiLibName, RegionRoot: a.cfg.HAMiRegionRoot, LockDir: a.cfg.HAMiLockDir}}}
 	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
 		return err
 	}
@@ -209,14 +219,14 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 		// Not fatal: every Allocate reports it, and fixing the node fixes the agent.
 		klog.FromContext(ctx).Error(err, "Enforcement backend unusable; Allocate will refuse until it is fixed")
 	} else {
-		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy)
-		a.startMPS(ctx, mps, b)
+		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy, "deviceListStrategy", delivery.Strategy)
 	}
 	grants := newGrantWriter(a.cfg.Client)
 	go grants.run(ctx)
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
 		Config: nodeCfg.Current, OnPodGranted: grants.enqueue, Cards: a.tracker.Cards, Recorder: a.recorder}
-	if a.cfg.DeviceRoot != "" {
+	// Under CDI the cards' device nodes come from the node's NVIDIA spec.
+	if a.cfg.DeviceRoot != "" && !delivery.Strategy.CDI() {
 		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
 	}
 	if a.cfg.PodResourcesSocket != "" {
@@ -239,6 +249,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	go a.reconciler(podSource).Run(ctx, a.cfg.ReconcileInterval)
 	defer a.startPriority(ctx, nodeCfg, podSource)()
 	a.startHAMiUpkeep(ctx, nodeCfg, podSource)
+	a.startCDISweep(ctx, delivery, podSource)
 	a.refreshMetrics()
 	if a.cfg.Started != nil {
 		a.cfg.Started(metricsAddr)

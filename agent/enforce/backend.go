@@ -50,9 +50,10 @@ type Backend interface {
 type Options struct {
 	// HAMi says where HAMi-core's files are on the host (hami-core).
 	HAMi HAMiOptions
-	// MPS runs or locates the MPS control daemons (mps); nil means DirControl under MPSRoot.
+	// MPS locates the MPS control daemons (mps); nil means MPSRoot{MPSRoot}.
 	MPS MPSControl
-	// MPSRoot is the host directory for per-card MPS pipe directories.
+	// MPSRoot is the host directory the MPS control daemon DaemonSet
+	// shares with the agent (agent/enforce/mpsd).
 	MPSRoot string
 	// Delivery hands every backend's answer to the runtime
 	// (--device-list-strategy); nil is envvar.
@@ -77,7 +78,7 @@ func newBackend(name string, opts Options) (Backend, error) {
 	case NameMPS:
 		ctl := opts.MPS
 		if ctl == nil {
-			ctl = DirControl{Root: opts.MPSRoot}
+			ctl = MPSRoot{Root: opts.MPSRoot}
 		}
 		return &MPS{Control: ctl}, nil
 	}

@@ -106,6 +106,7 @@ through an enforcement backend.`,
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
 	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	cmd.AddCommand(newMPSCommand())
 	return cmd
 }
 

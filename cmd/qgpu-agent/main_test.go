@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,18 +71,19 @@ func TestParseFlags(t *testing.T) {
 	if f.NodeName != "from-env" || f.DBFile != "/var/lib/qgpu/meta.db" || f.DevicePluginDir != "/var/lib/kubelet/device-plugins" ||
 		f.PodResourcesSocket != "/var/lib/kubelet/pod-resources/kubelet.sock" || f.Backend != "env" || f.MetricsAddr != ":9400" ||
 		f.ReconcileInterval != 30*time.Second || f.HealthInterval != 5*time.Second || !f.PriorityController || f.PriorityPoll != 10*time.Millisecond ||
-		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.MPSControlBin != "nvidia-cuda-mps-control" ||
-		f.HAMiLibDir != "/usr/local/vgpu" || f.MPSRoot != "/var/lib/qgpu/mps" || f.logs.Format != "text" ||
+		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.DeviceListStrategy != "cdi-cri" ||
+		f.CDISpecDir != "/var/run/cdi" || fmt.Sprint(f.CDINodeSpecDirs) != "[/etc/cdi /var/run/cdi]" ||
+		f.HAMiLibDir != "/usr/local/vgpu" || f.MPSRoot != "/run/qgpu/mps" || f.logs.Format != "text" ||
 		f.HAMiLibName != "" || f.HAMiLockDir != "/tmp/vgpulock" || f.HAMiRegionRoot != "" {
 		t.Errorf("defaults: %+v", f)
 	}
 	f, err = parseFlags([]string{"--node-name=n2", "--fake-cards=2xA100-80G,1xT4", "--backend=mps", "--metrics-addr=127.0.0.1:0", "-v=4"})
-	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.MPSControlBin != "" || f.logs.Verbosity != 4 {
+	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.DeviceListStrategy != "envvar" || f.logs.Verbosity != 4 {
 		t.Errorf("flags: %+v %v", f, err)
 	}
-	f, err = parseFlags([]string{"--fake-cards=1xT4", "--mps-control-bin=/opt/mps-control"})
-	if err != nil || f.MPSControlBin != "/opt/mps-control" {
-		t.Errorf("an explicit --mps-control-bin with fake cards: %+v %v", f, err)
+	f, err = parseFlags([]string{"--fake-cards=1xT4", "--device-list-strategy=cdi-annotations"})
+	if err != nil || f.DeviceListStrategy != "cdi-annotations" {
+		t.Errorf("an explicit --device-list-strategy with fake cards: %+v %v", f, err)
 	}
 	if f, err := parseFlags(nil); err != nil || f.ProcRoot != "/proc" || f.FakeActivityFile != "" || f.metricsAddrFile != "" {
 		t.Errorf("defaults of the simulation flags: %+v %v", f, err)
