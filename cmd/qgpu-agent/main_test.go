@@ -212,3 +212,31 @@ func TestNVMLChoice(t *testing.T) {
 		t.Errorf("no driver: %v", err)
 	}
 }
+
+// TestMPSCommandArgs: the MPS control daemon DaemonSet's args parse, and
+// with fake cards no control binary is run unless one is named.
+func TestMPSCommandArgs(t *testing.T) {
+	raw, err := os.ReadFile("../../manifests/mps/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(raw, &ds); err != nil {
+		t.Fatal(err)
+	}
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	if len(args) == 0 || args[0] != "mps-control-daemon" {
+		t.Fatalf("args %v: want the mps-control-daemon subcommand first", args)
+	}
+	cmd := newMPSCommand()
+	if err := cmd.ParseFlags(args[1:]); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	if got, _ := cmd.Flags().GetString("mps-root"); got != DefaultMPSRoot {
+		t.Errorf("--mps-root %q, want the agent's default %q", got, DefaultMPSRoot)
+	}
+	root, _, err := newCommand(newOptions(), &bytes.Buffer{}).Find([]string{"mps-control-daemon"})
+	if err != nil || root.Name() != "mps-control-daemon" {
+		t.Errorf("qgpu-agent mps-control-daemon: %v %v", root, err)
+	}
+}
