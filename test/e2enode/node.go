@@ -54,6 +54,9 @@ func (n *node) start(env nodeEnv, kubeconfig string, cards int) error {
 	if err := makeDevices(filepath.Join(n.dir, "dev"), cards); err != nil {
 		return err
 	}
+	if err := writeNodeFiles(n.dir, n.name, cards); err != nil {
+		return err
+	}
 	files := map[string]string{
 		"containerd.toml":          containerdConfig(n.dir, env),
 		"kubelet.yaml":             kubeletConfig(n.dir, n.port, cgroupRoot(n.name)),
@@ -104,6 +107,7 @@ func (n *node) stop() {
 		return
 	}
 	terminate(n.cmd, n.done, 60*time.Second)
+	unmountNodeFiles(n.dir)
 }
 
 // terminate sends SIGTERM, and SIGKILL when the process has not exited
@@ -154,6 +158,9 @@ state = %[2]q
   # These machines lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be
   # written, and without this every sandbox fails to start.
   restrict_oom_score_adj = true
+  # The node's NVIDIA spec and the agent's per-container specs.
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni", %[5]q]
     conf_dir = %[6]q
@@ -278,7 +285,7 @@ func nodeMounts(dir string) error {
 		{"kubelet", "/var/lib/kubelet"}, {"pods", "/var/log/pods"}, {"containers", "/var/log/containers"},
 		{"qgpu", "/var/lib/qgpu"}, {"dev", DeviceRoot},
 	}
-	for _, b := range binds {
+	for _, b := range append(binds, nodeBinds...) {
 		src := filepath.Join(dir, b[0])
 		if err := os.MkdirAll(b[1], 0o755); err != nil {
 			return err
