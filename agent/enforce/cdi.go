@@ -189,9 +189,9 @@ func ParseSpecFileName(name string) (podUID string, ok bool) {
 }
 
 // Sweep removes the spec files of pods not in keep (a pod on the node or
-// holding a grant) once older than grace, at most max of them; other
+// holding a grant) once older than grace, at most limit of them; other
 // files of the directory are left alone.
-func (c *CDISpecs) Sweep(keep map[string]bool, grace time.Duration, now time.Time, max int) (removed int, err error) {
+func (c *CDISpecs) Sweep(keep map[string]bool, grace time.Duration, now time.Time, limit int) (removed int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	entries, err := os.ReadDir(c.dir)
@@ -204,7 +204,7 @@ func (c *CDISpecs) Sweep(keep map[string]bool, grace time.Duration, now time.Tim
 		if !ok || keep[uid] || !e.Type().IsRegular() {
 			continue
 		}
-		if removed >= max {
+		if removed >= limit {
 			break
 		}
 		info, err := e.Info()

@@ -53,6 +53,12 @@ func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.
 			fail("labelling %s %s: %v", n.name, backend, err)
 			continue
 		}
+		if backend == "mps" {
+			// Fewer refused first pods; runBackendPod still retries.
+			if err := waitDaemonSetReady(ctx, cp, "qgpu-mps-control-daemon"); err != nil {
+				fail("the MPS control daemon on %s: %v", n.name, err)
+			}
+		}
 		for _, override := range []bool{false, true} {
 			p, lines, err := runBackendPod(ctx, o, cp, n, backend, override)
 			res.containers++
@@ -183,6 +189,15 @@ func deleteAndWait(ctx context.Context, cp *harness.ControlPlane, selector strin
 	return wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
 		return err == nil && len(list.Items) == 0, nil
+	})
+}
+
+// waitDaemonSetReady waits until the DaemonSet has a pod and all its pods
+// are Ready.
+func waitDaemonSetReady(ctx context.Context, cp *harness.ControlPlane, name string) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ds, err := cp.Client.AppsV1().DaemonSets(systemNamespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && ds.Status.DesiredNumberScheduled > 0 && ds.Status.NumberReady == ds.Status.DesiredNumberScheduled, nil
 	})
 }
 

@@ -135,10 +135,14 @@ patches:
 }
 
 func deviceRootArg(o options) string {
-	if !o.deviceRoot {
-		return ""
+	var out string
+	if o.deviceRoot {
+		out = fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-root=%s\"}\n", DeviceRoot)
 	}
-	return fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-root=%s\"}\n", DeviceRoot)
+	if o.deviceListStrategy != "" {
+		out += fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-list-strategy=%s\"}\n", o.deviceListStrategy)
+	}
+	return out
 }
 
 func examplesOverrides(o options) string {
