@@ -71,6 +71,13 @@ func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.
 			} else {
 				fmt.Printf("ok   %s %s: its card, files, directories and variables, none of the pod's own overrides\n", backend, p.Name)
 			}
+			if backend == "mps" && override {
+				if err := restartAgentKeepsMPS(ctx, cp, n.name, p.Name); err != nil {
+					fail("mps: restarting the agent: %v", err)
+				} else {
+					fmt.Printf("ok   mps: the agent on %s restarted; the MPS control daemon and %s kept running\n", n.name, p.Name)
+				}
+			}
 			if err := deleteAndWait(ctx, cp, "app.kubernetes.io/part-of="+backendsLabel); err != nil {
 				fail("deleting %s: %v", p.Name, err)
 			}
@@ -190,6 +197,72 @@ func deleteAndWait(ctx context.Context, cp *harness.ControlPlane, selector strin
 		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
 		return err == nil && len(list.Items) == 0, nil
 	})
+}
+
+// restartAgentKeepsMPS deletes the agent's pod on node and waits for its
+// replacement to be Ready, then checks that the MPS control daemon's pod
+// and the client pod are the same pods, never restarted: the daemons are
+// not the agent's children.
+func restartAgentKeepsMPS(ctx context.Context, cp *harness.ControlPlane, node, client string) error {
+	onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}
+	before, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, onNode)
+	if err != nil {
+		return err
+	}
+	var agent, daemon *corev1.Pod
+	for i := range before.Items {
+		switch p := &before.Items[i]; p.Labels["app"] {
+		case "qgpu-agent":
+			agent = p
+		case "qgpu-mps-control-daemon":
+			daemon = p
+		}
+	}
+	if agent == nil || daemon == nil {
+		return fmt.Errorf("no agent or MPS daemon pod on %s", node)
+	}
+	if err := cp.Client.CoreV1().Pods(systemNamespace).Delete(ctx, agent.Name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, onNode)
+		if err != nil {
+			return false, nil
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.Labels["app"] == "qgpu-agent" && p.UID != agent.UID && podReady(p) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no new agent pod Ready: %w", err)
+	}
+	now, err := cp.Client.CoreV1().Pods(systemNamespace).Get(ctx, daemon.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the MPS control daemon pod %s: %w", daemon.Name, err)
+	}
+	if now.UID != daemon.UID || restarts(now) != restarts(daemon) || !podReady(now) {
+		return fmt.Errorf("the MPS control daemon pod %s changed: restarts %d → %d, ready %v", daemon.Name, restarts(daemon), restarts(now), podReady(now))
+	}
+	c, err := cp.Client.CoreV1().Pods(examplesNamespace).Get(ctx, client, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("client %s: %w", client, err)
+	}
+	if c.Status.Phase != corev1.PodRunning || restarts(c) != 0 {
+		return fmt.Errorf("client %s: phase %s, restarts %d", client, c.Status.Phase, restarts(c))
+	}
+	return nil
+}
+
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
 }
 
 // waitDaemonSetReady waits until the DaemonSet has a pod and all its pods
