@@ -123,10 +123,10 @@ func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *
 		if err == nil {
 			var lines []verify.Line
 			if lines, err = containerOutput(n.dir, p, "probe"); err == nil {
-				if got := backendOf(lines); got == backend || override {
+				if got := verify.Backend(lines); got == backend || override {
 					return p, lines, nil
 				}
-				err = fmt.Errorf("answered by the %s backend", backendOf(lines))
+				err = fmt.Errorf("answered by the %s backend", verify.Backend(lines))
 			}
 		}
 		last = fmt.Errorf("%s (attempt %d): %w", p.Name, attempt, err)
@@ -136,19 +136,6 @@ func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *
 		}
 	}
 	return nil, nil, last
-}
-
-// backendOf tells the backend that answered a plain pod by its variables.
-func backendOf(lines []verify.Line) string {
-	for _, l := range lines {
-		switch {
-		case l.Kind == "env" && l.Name == "CUDA_MPS_PIPE_DIRECTORY":
-			return "mps"
-		case l.Kind == "env" && l.Name == "CUDA_DEVICE_MEMORY_SHARED_CACHE":
-			return "hami-core"
-		}
-	}
-	return "env"
 }
 
 func backendPod(name, node string, o options, override bool) *corev1.Pod {

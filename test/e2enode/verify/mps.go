@@ -77,3 +77,32 @@ func Env(lines []Line, want map[string]string) []string {
 	}
 	return problems
 }
+
+// Backend tells the backend that answered a plain pod by its variables:
+// the memory answer's and the core answer's must agree (the kubelet makes
+// one Allocate per resource, and the label may change between the two).
+func Backend(lines []Line) string {
+	env := map[string]bool{}
+	for _, l := range lines {
+		if l.Kind == "env" {
+			env[l.Name] = true
+		}
+	}
+	memory, core := "env", "env"
+	switch {
+	case env["CUDA_MPS_PIPE_DIRECTORY"]:
+		memory = "mps"
+	case env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]:
+		memory = "hami-core"
+	}
+	switch {
+	case env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]:
+		core = "mps"
+	case env["GPU_CORE_UTILIZATION_POLICY"]:
+		core = "hami-core"
+	}
+	if memory != core {
+		return fmt.Sprintf("%s (memory) and %s (cores)", memory, core)
+	}
+	return memory
+}

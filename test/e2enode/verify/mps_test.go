@@ -40,3 +40,28 @@ func TestMPS(t *testing.T) {
 		})
 	}
 }
+
+func TestBackend(t *testing.T) {
+	env := func(names ...string) []Line {
+		var out []Line
+		for _, n := range names {
+			out = append(out, Line{Kind: "env", Name: n, Value: "x"})
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		lines []Line
+		want  string
+	}{
+		{env("QGPU_MEMORY_GIB", "QGPU_CORES"), "env"},
+		{env("CUDA_DEVICE_MEMORY_SHARED_CACHE", "GPU_CORE_UTILIZATION_POLICY"), "hami-core"},
+		{env("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "mps"},
+		// The label changed between the memory and the core Allocate.
+		{env("CUDA_DEVICE_MEMORY_SHARED_CACHE", "QGPU_CORES"), "hami-core (memory) and env (cores)"},
+		{env("QGPU_CORES", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"), "env (memory) and mps (cores)"},
+	} {
+		if got := Backend(tc.lines); got != tc.want {
+			t.Errorf("Backend(%v) = %q, want %q", tc.lines, got, tc.want)
+		}
+	}
+}
