@@ -235,6 +235,36 @@ func TestMPSCommandArgs(t *testing.T) {
 	if got, _ := cmd.Flags().GetString("mps-root"); got != DefaultMPSRoot {
 		t.Errorf("--mps-root %q, want the agent's default %q", got, DefaultMPSRoot)
 	}
+	// What the agent's DaemonSet lacked for MPS: the compute capability
+	// (MPS binaries, libcuda), /dev/shm shared with the clients, host PIDs,
+	// and a life of its own (an agent rollout must not end the clients).
+	spec := ds.Spec.Template.Spec
+	env := map[string]string{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if !strings.Contains(env["NVIDIA_DRIVER_CAPABILITIES"], "compute") || env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+		t.Errorf("driver capabilities %q, visible devices %q: want compute and all", env["NVIDIA_DRIVER_CAPABILITIES"], env["NVIDIA_VISIBLE_DEVICES"])
+	}
+	shm := ""
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.MountPath == "/dev/shm" {
+			for _, v := range spec.Volumes {
+				if v.Name == m.Name && v.HostPath != nil {
+					shm = v.HostPath.Path
+				}
+			}
+		}
+	}
+	if shm != DefaultMPSRoot+"/shm" {
+		t.Errorf("/dev/shm from %q, want %s/shm (what the agent mounts into clients)", shm, DefaultMPSRoot)
+	}
+	if !spec.HostPID || ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+		t.Errorf("hostPID %v, update strategy %q: want true, OnDelete", spec.HostPID, ds.Spec.UpdateStrategy.Type)
+	}
+	if ds.Spec.Template.Spec.NodeSelector["qgpu.io/enforcement"] != "mps" {
+		t.Errorf("node selector %v: want the mps nodes", spec.NodeSelector)
+	}
 	root, _, err := newCommand(newOptions(), &bytes.Buffer{}).Find([]string{"mps-control-daemon"})
 	if err != nil || root.Name() != "mps-control-daemon" {
 		t.Errorf("qgpu-agent mps-control-daemon: %v %v", root, err)
