@@ -102,16 +102,19 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	if err := podSource.Start(ctx); err != nil {
 		return err
 	}
-	nodeCfg, stopMPS, err := a.enforcement(ctx)
+	delivery, err := a.delivery()
 	if err != nil {
 		return err
 	}
-	defer stopMPS()
+	nodeCfg, err := a.enforcement(ctx, delivery)
+	if err != nil {
+		return err
+	}
 
 	// Allocate → store → grant annotation.
 	grants := grantwriter.New(a.cfg.Client)
 	go grants.Run(ctx)
-	alloc := a.allocator(driver, podSource, nodeCfg, grants)
+	alloc := a.allocator(driver, podSource, nodeCfg, grants, delivery)
 	plugins := deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
 	defer plugins.Stop()
 	a.probes.PluginsStarted(plugins)
@@ -132,6 +135,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	a.startSidecars(ctx, podSource)
 	defer a.startPriority(ctx, nodeCfg, podSource)()
 	a.startHAMiUpkeep(ctx, nodeCfg, podSource)
+	a.startCDISweep(ctx, delivery, podSource)
 	a.refreshMetrics()
 	if a.cfg.Started != nil {
 		a.cfg.Started(metricsAddr)
@@ -148,7 +152,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 // allocator answers the kubelet's Allocate calls: the assigned slice, only
 // on a card that is healthy and not in MIG mode, recorded in the store and
 // handed to the grant writer.
-func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nodeCfg *nodeconfig.Config, grants *grantwriter.Writer) *allocate.Allocator {
+func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nodeCfg *nodeconfig.Config, grants *grantwriter.Writer, delivery *enforce.Delivery) *allocate.Allocator {
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
 		Config: nodeCfg.Current, OnPodGranted: grants.Enqueue, Cards: a.tracker.Cards, Recorder: a.recorder,
 		Grantable: func(uuid string) error {
@@ -157,7 +161,8 @@ func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nod
 			}
 			return driver.Grantable(uuid)
 		}}
-	if a.cfg.DeviceRoot != "" {
+	// Under CDI the cards' device nodes come from the node's NVIDIA spec.
+	if a.cfg.DeviceRoot != "" && !delivery.Strategy.CDI() {
 		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
 	}
 	if a.cfg.PodResourcesSocket != "" {
@@ -166,31 +171,22 @@ func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nod
 	return alloc
 }
 
-// enforcement watches the Node's policy and backend labels and, for the
-// mps backend, starts the per-card control daemons; the returned function
-// stops them.
-func (a *agent) enforcement(ctx context.Context) (*nodeconfig.Config, func(), error) {
-	mps := a.mpsDaemons(ctx)
+// enforcement watches the Node's policy and backend labels; the backends
+// answer through delivery (--device-list-strategy).
+func (a *agent) enforcement(ctx context.Context, delivery *enforce.Delivery) (*nodeconfig.Config, error) {
 	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
-		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
+		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, Delivery: delivery, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
 			LibName: a.cfg.HAMiLibName, RegionRoot: a.cfg.HAMiRegionRoot, LockDir: a.cfg.HAMiLockDir}}}
-	stop := func() {}
-	if mps != nil {
-		nodeCfg.Options.MPS = mps
-		stop = mps.Stop
-	}
 	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
-		stop()
-		return nil, nil, err
+		return nil, err
 	}
 	if b, policy, err := nodeCfg.Current(); err != nil {
 		// Not fatal: every Allocate reports it, and fixing the node fixes the agent.
 		klog.FromContext(ctx).Error(err, "Enforcement backend unusable; Allocate will refuse until it is fixed")
 	} else {
-		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy)
-		a.startMPS(ctx, mps, b)
+		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy, "deviceListStrategy", delivery.Strategy)
 	}
-	return nodeCfg, stop, nil
+	return nodeCfg, nil
 }
 
 func (a *agent) reconciler(podSource allocate.PodSource) *reconcile.Reconciler {

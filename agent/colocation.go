@@ -1,6 +1,6 @@
 package agent
 
-// The parts that run beside the pods: MPS control daemons, the online/offline
+// The parts that run beside the pods: device delivery and its CDI sweep, the online/offline
 // priority controller with its suspension writer, HAMi-core upkeep and the
 // sidecars a test build adds.
 
@@ -8,8 +8,10 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
@@ -21,28 +23,64 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// mpsDaemons returns the supervisor of the per-card MPS control daemons, or
-// nil when --mps-control-bin is empty (an operator runs them). Nothing starts
-// until the mps backend is selected (startMPS, or the first mps Allocate).
-func (a *agent) mpsDaemons(ctx context.Context) *enforce.MPSDaemons {
-	if a.cfg.MPSControlBin == "" {
-		return nil
+// delivery is the --device-list-strategy the backends answer through.
+func (a *agent) delivery() (*enforce.Delivery, error) {
+	strategy := enforce.StrategyEnvvar
+	if a.cfg.DeviceListStrategy != "" {
+		strategy = enforce.Strategy(a.cfg.DeviceListStrategy)
 	}
-	return enforce.NewMPSDaemons(a.cfg.MPSRoot, a.cfg.MPSControlBin, klog.FromContext(ctx).WithName("mps"))
+	var specs *enforce.CDISpecs
+	if strategy.CDI() {
+		var err error
+		if specs, err = enforce.NewCDISpecs(a.cfg.CDISpecDir, a.cfg.CDINodeSpecDirs); err != nil {
+			return nil, err
+		}
+	}
+	return enforce.NewDelivery(strategy, specs)
 }
 
-// startMPS starts the daemons of all cards when the node's backend is mps.
-func (a *agent) startMPS(ctx context.Context, d *enforce.MPSDaemons, backend enforce.Backend) {
-	if d == nil || backend == nil || backend.Name() != enforce.NameMPS {
+// startCDISweep removes, every minute, the CDI specs of containers whose
+// pod is neither on the node nor holding a grant (the reconciler has
+// released it), once they are five minutes old: Allocate writes a spec
+// before the grant is stored.
+func (a *agent) startCDISweep(ctx context.Context, d *enforce.Delivery, nodePods cachedPods) {
+	if d.CDI == nil {
 		return
 	}
-	var uuids []string
-	for _, c := range a.tracker.Cards() {
-		uuids = append(uuids, c.UUID)
+	go wait.UntilWithContext(ctx, func(ctx context.Context) {
+		keep, err := a.knownPods(nodePods)
+		if err == nil {
+			var removed int
+			removed, err = d.CDI.Sweep(keep, 5*time.Minute, time.Now(), 256)
+			if removed > 0 {
+				klog.FromContext(ctx).V(2).Info("Removed CDI specs of released containers", "removed", removed)
+			}
+		}
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Sweeping CDI specs")
+		}
+	}, time.Minute)
+}
+
+// knownPods is the set of pod UIDs on the node or in a grant; an error of
+// either list keeps everything.
+func (a *agent) knownPods(nodePods cachedPods) (map[string]bool, error) {
+	pods, err := nodePods.Cached()
+	if err != nil {
+		return nil, err
 	}
-	if err := d.Start(uuids); err != nil {
-		klog.FromContext(ctx).Error(err, "Starting MPS control daemons; mps Allocate calls retry")
+	grants, err := a.store.List()
+	if err != nil {
+		return nil, err
 	}
+	keep := map[string]bool{}
+	for _, p := range pods {
+		keep[string(p.UID)] = true
+	}
+	for _, g := range grants {
+		keep[g.PodUID] = true
+	}
+	return keep, nil
 }
 
 // startPriority runs the online/offline controller (agent/priority) if it is

@@ -32,7 +32,13 @@ type Config struct {
 	HAMiLibName        string // "": the newest libvgpu.so.<version> in HAMiLibDir
 	HAMiLockDir        string
 	MPSRoot            string
-	MPSControlBin      string // "" : the agent runs no MPS control daemons
+	// DeviceListStrategy is how Allocate answers reach the runtime
+	// (enforce.Strategies; "" is envvar). The CDI strategies write the
+	// agent's specs into CDISpecDir and find the cards' devices in the
+	// node's specs under CDINodeSpecDirs.
+	DeviceListStrategy string
+	CDISpecDir         string
+	CDINodeSpecDirs    []string
 	MetricsAddr        string // "" disables metrics and the health probes
 	HealthInterval     time.Duration
 	ReconcileInterval  time.Duration

@@ -50,14 +50,26 @@ type Backend interface {
 type Options struct {
 	// HAMi says where HAMi-core's files are on the host (hami-core).
 	HAMi HAMiOptions
-	// MPS runs or locates the MPS control daemons (mps); nil means DirControl under MPSRoot.
+	// MPS locates the MPS control daemons (mps); nil means MPSRoot{MPSRoot}.
 	MPS MPSControl
-	// MPSRoot is the host directory for per-card MPS pipe directories.
+	// MPSRoot is the host directory the MPS control daemon DaemonSet
+	// shares with the agent (agent/enforce/mpsd).
 	MPSRoot string
+	// Delivery hands every backend's answer to the runtime
+	// (--device-list-strategy); nil is envvar.
+	Delivery *Delivery
 }
 
-// New returns the backend called name.
+// New returns the backend called name, delivering through opts.Delivery.
 func New(name string, opts Options) (Backend, error) {
+	b, err := newBackend(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return opts.Delivery.Wrap(b), nil
+}
+
+func newBackend(name string, opts Options) (Backend, error) {
 	switch name {
 	case NameEnv:
 		return Env{}, nil
@@ -66,7 +78,7 @@ func New(name string, opts Options) (Backend, error) {
 	case NameMPS:
 		ctl := opts.MPS
 		if ctl == nil {
-			ctl = DirControl{Root: opts.MPSRoot}
+			ctl = MPSRoot{Root: opts.MPSRoot}
 		}
 		return &MPS{Control: ctl}, nil
 	}

@@ -1,8 +1,10 @@
 package enforce
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -55,8 +57,27 @@ func TestEnv(t *testing.T) {
 	}
 }
 
-func TestMPS(t *testing.T) {
+// mpsNode is --mps-root with the card's daemon marked ready as the control
+// daemon DaemonSet marks it, and the shared memory directory.
+func mpsNode(t *testing.T, ready ...string) string {
+	t.Helper()
 	root := t.TempDir()
+	for _, u := range ready {
+		if err := os.MkdirAll(filepath.Join(root, u, "pipe"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, u, MPSReadyFile), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(root, MPSShmDir), 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func TestMPS(t *testing.T) {
+	root := mpsNode(t, "GPU-1")
 	b, err := New(NameMPS, Options{MPSRoot: root})
 	if err != nil {
 		t.Fatal(err)
@@ -68,12 +89,12 @@ func TestMPS(t *testing.T) {
 	if mem.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=4096M" || mem.Envs["CUDA_MPS_PIPE_DIRECTORY"] != MPSContainerPipeDir {
 		t.Errorf("memory envs %v", mem.Envs)
 	}
-	pipe := filepath.Join(root, "GPU-1", "pipe")
-	if len(mem.Mounts) != 1 || mem.Mounts[0].HostPath != pipe || mem.Mounts[0].ContainerPath != MPSContainerPipeDir {
-		t.Errorf("mounts %v", mem.Mounts)
+	want := []*pluginapi.Mount{
+		{ContainerPath: MPSContainerPipeDir, HostPath: filepath.Join(root, "GPU-1", "pipe")},
+		{ContainerPath: MPSContainerShmDir, HostPath: filepath.Join(root, MPSShmDir)},
 	}
-	if fi, err := os.Stat(pipe); err != nil || !fi.IsDir() {
-		t.Errorf("pipe directory: %v", err)
+	if diff := cmp.Diff(want, mem.Mounts, cmpProto); diff != "" {
+		t.Errorf("mounts (-want +got):\n%s", diff)
 	}
 	for policy, want := range map[protocol.Policy]string{protocol.PolicyFixedShare: "30", protocol.PolicyBurstShare: "30", protocol.PolicyBestEffort: ""} {
 		got, _ := b.Allocate(req(protocol.ResourceCoreGreedy, protocol.ClassOffline, policy, shared))
@@ -84,6 +105,30 @@ func TestMPS(t *testing.T) {
 	whole, _ := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0, whole2))
 	if _, ok := whole.Envs["CUDA_MPS_PIPE_DIRECTORY"]; ok || len(whole.Mounts) != 0 {
 		t.Errorf("whole cards got MPS: %v %v", whole.Envs, whole.Mounts)
+	}
+}
+
+// TestMPSNotReady: a card whose control daemon is not ready (the agent
+// used to create the pipe directory itself and hand it out with no daemon
+// behind it: the client then runs without MPS, unlimited) is refused.
+func TestMPSNotReady(t *testing.T) {
+	root := mpsNode(t, "GPU-0")
+	b, err := New(NameMPS, Options{MPSRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, shared))
+	if !errors.Is(err, ErrMPSNotReady) || !strings.Contains(err.Error(), "GPU-1") {
+		t.Fatalf("err = %v, want ErrMPSNotReady naming GPU-1", err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "GPU-1")); !os.IsNotExist(err) {
+		t.Errorf("refused Allocate created %s: %v", filepath.Join(root, "GPU-1"), err)
+	}
+	noShm := t.TempDir()
+	os.MkdirAll(filepath.Join(noShm, "GPU-1"), 0o755)
+	os.WriteFile(filepath.Join(noShm, "GPU-1", MPSReadyFile), nil, 0o644)
+	if _, _, err := (MPSRoot{Root: noShm}).Dirs("GPU-1"); !errors.Is(err, ErrMPSNotReady) || !strings.Contains(err.Error(), "shared memory") {
+		t.Errorf("no shm directory: %v", err)
 	}
 }
 

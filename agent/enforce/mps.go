@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,35 +12,56 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// MPSContainerPipeDir is where the container finds its card's MPS pipe directory.
-const MPSContainerPipeDir = "/tmp/nvidia-mps"
+// Where a client container finds its card's MPS daemon: the pipe directory
+// and the shared memory the daemon and its clients share.
+const (
+	MPSContainerPipeDir = "/tmp/nvidia-mps"
+	MPSContainerShmDir  = "/dev/shm"
+)
 
-// MPSControl provides the MPS control daemon of a card.
+// Layout of --mps-root, shared by the control daemon (qgpu-agent
+// mps-control-daemon, its own DaemonSet) and the agent:
+// <root>/<uuid>/{pipe,log}, <root>/<uuid>/ready while the card's daemon
+// answers, and <root>/shm, the tmpfs directory mounted at /dev/shm in the
+// daemon and every client.
+const (
+	MPSReadyFile = "ready"
+	MPSShmDir    = "shm"
+)
+
+// ErrMPSNotReady: the card's control daemon is not running. A CUDA client
+// that cannot reach a daemon runs without MPS, unlimited, so the Allocate
+// is refused instead.
+var ErrMPSNotReady = errors.New("no MPS control daemon ready for the card")
+
+// MPSControl locates the MPS control daemon of a card.
 type MPSControl interface {
-	// PipeDir ensures the control daemon of the card runs and returns its host
-	// pipe directory.
-	PipeDir(uuid string) (string, error)
+	// Dirs returns the card's host pipe directory and the shared memory
+	// directory, or ErrMPSNotReady.
+	Dirs(uuid string) (pipe, shm string, err error)
 }
 
-// DirControl only prepares <Root>/<uuid>/pipe.
-//
-// TODO(mps): start and supervise nvidia-cuda-mps-control -d per card
-// (CUDA_VISIBLE_DEVICES=<uuid>, CUDA_MPS_PIPE_DIRECTORY=<dir>) and stop it when
-// the card has no pods; until then an operator runs the daemons.
-type DirControl struct {
+// MPSRoot finds the daemons the control daemon DaemonSet runs under Root;
+// the agent only reads.
+type MPSRoot struct {
 	Root string
 }
 
-// PipeDir implements MPSControl.
-func (d DirControl) PipeDir(uuid string) (string, error) {
-	if d.Root == "" {
-		return "", fmt.Errorf("MPS root directory is not set")
+// Dirs implements MPSControl.
+func (r MPSRoot) Dirs(uuid string) (pipe, shm string, err error) {
+	if r.Root == "" {
+		return "", "", errors.New("--mps-root is not set")
 	}
-	dir := filepath.Join(d.Root, uuid, "pipe")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("creating MPS pipe directory: %w", err)
+	card := filepath.Join(r.Root, uuid)
+	if _, err := os.Stat(filepath.Join(card, MPSReadyFile)); err != nil {
+		return "", "", fmt.Errorf("%w %s: %s is missing (is the qgpu-mps-control-daemon DaemonSet running on this node? docs/backend-mps.md)",
+			ErrMPSNotReady, uuid, filepath.Join(card, MPSReadyFile))
 	}
-	return dir, nil
+	shm = filepath.Join(r.Root, MPSShmDir)
+	if fi, err := os.Stat(shm); err != nil || !fi.IsDir() {
+		return "", "", fmt.Errorf("%w %s: shared memory directory %s is missing", ErrMPSNotReady, uuid, shm)
+	}
+	return filepath.Join(card, "pipe"), shm, nil
 }
 
 // MPS enforces through NVIDIA MPS: a pinned device memory limit per client and
@@ -65,13 +87,16 @@ func (m *MPS) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error
 	s := req.Slices[0]
 	switch req.Resource {
 	case protocol.ResourceMemory:
-		pipe, err := m.Control.PipeDir(s.UUID)
+		pipe, shm, err := m.Control.Dirs(s.UUID)
 		if err != nil {
-			return nil, fmt.Errorf("card %s: %w", s.UUID, err)
+			return nil, err
 		}
 		resp.Envs["CUDA_MPS_PIPE_DIRECTORY"] = MPSContainerPipeDir
 		resp.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "M"
-		resp.Mounts = []*pluginapi.Mount{{ContainerPath: MPSContainerPipeDir, HostPath: pipe}}
+		resp.Mounts = []*pluginapi.Mount{
+			{ContainerPath: MPSContainerPipeDir, HostPath: pipe},
+			{ContainerPath: MPSContainerShmDir, HostPath: shm},
+		}
 	case protocol.ResourceCore, protocol.ResourceCoreGreedy:
 		// MPS has no burst: fixed-share and burst-share both cap; best-effort does not.
 		if req.Policy != protocol.PolicyBestEffort {

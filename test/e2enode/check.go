@@ -106,6 +106,9 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 			}
 		}
 	}
+	be := checkBackends(ctx, start, o, cp, nodes[0])
+	res.containers += be.containers
+	res.failures += be.failures
 	return res, nil
 }
 
@@ -117,22 +120,29 @@ func systemOverrides(o options) string {
 - name: ghcr.io/qgpu-scheduler/qgpu-agent
   newName: %[1]s/qgpu-agent
   newTag: %[2]s
-# The node has no GPU: the agent runs on fake cards whose device nodes the
-# e2e program created under %[3]s.
+# The node has no GPU: the agents and the MPS control daemon run on fake
+# cards; the agents see the device nodes the e2e program created under %[3]s.
 patches:
-- target: {kind: DaemonSet}
+- target: {kind: DaemonSet, labelSelector: "app in (qgpu-agent,qgpu-agent-colocation)"}
   patch: |-
     - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
 %[5]s    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-dev, hostPath: {path: %[3]s, type: Directory}}}
     - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-dev, mountPath: %[3]s, readOnly: true}}
+- target: {kind: DaemonSet, name: qgpu-mps-control-daemon}
+  patch: |-
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
 `, o.repo, o.version, DeviceRoot, o.fakeCards, deviceRootArg(o))
 }
 
 func deviceRootArg(o options) string {
-	if !o.deviceRoot {
-		return ""
+	var out string
+	if o.deviceRoot {
+		out = fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-root=%s\"}\n", DeviceRoot)
 	}
-	return fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-root=%s\"}\n", DeviceRoot)
+	if o.deviceListStrategy != "" {
+		out += fmt.Sprintf("    - {op: add, path: /spec/template/spec/containers/0/args/-, value: \"--device-list-strategy=%s\"}\n", o.deviceListStrategy)
+	}
+	return out
 }
 
 func examplesOverrides(o options) string {
@@ -229,7 +239,10 @@ func allReady(deps []appsv1.Deployment, dss []appsv1.DaemonSet) bool {
 		}
 	}
 	for _, ds := range dss {
-		if ds.Status.DesiredNumberScheduled == 0 || ds.Status.NumberReady != ds.Status.DesiredNumberScheduled {
+		// A DaemonSet for nodes that have none yet (the MPS control
+		// daemon before a node is labelled mps) is ready once its
+		// controller has seen it.
+		if ds.Status.ObservedGeneration < ds.Generation || ds.Status.NumberReady != ds.Status.DesiredNumberScheduled {
 			return false
 		}
 	}

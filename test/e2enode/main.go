@@ -47,6 +47,9 @@ type options struct {
 	// own /dev, where the fake cards are not): the containers then get no
 	// device nodes, and the checks must fail.
 	deviceRoot bool
+	// deviceListStrategy, if set, overrides the manifests' agent
+	// --device-list-strategy (envvar: see the overriding pods win).
+	deviceListStrategy string
 }
 
 func main() {
@@ -67,7 +70,8 @@ func main() {
 	fs.StringVar(&o.workDir, "work-dir", "_output/e2e-node", "state and logs of this run (emptied first)")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.fakeCards, "fake-cards", "2xT4,2xV100", "the agent's --fake-cards on every node")
-	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false: see the device checks fail)")
+	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false, with --device-list-strategy=envvar: see the device checks fail)")
+	fs.StringVar(&o.deviceListStrategy, "device-list-strategy", "", "override the manifests' agent --device-list-strategy (envvar: see the overriding pods get what they set)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}

@@ -128,6 +128,7 @@ through an enforcement backend.`,
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
 	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
+	cmd.AddCommand(newMPSCommand())
 	return cmd
 }
 

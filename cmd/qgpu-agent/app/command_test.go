@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,18 +72,19 @@ func TestParseFlags(t *testing.T) {
 	if f.NodeName != "from-env" || f.DBFile != "/var/lib/qgpu/meta.db" || f.DevicePluginDir != "/var/lib/kubelet/device-plugins" ||
 		f.PodResourcesSocket != "/var/lib/kubelet/pod-resources/kubelet.sock" || f.Backend != "env" || f.MetricsAddr != ":9400" ||
 		f.ReconcileInterval != 30*time.Second || f.HealthInterval != 5*time.Second || !f.PriorityController || f.PriorityPoll != 10*time.Millisecond ||
-		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.MPSControlBin != "nvidia-cuda-mps-control" ||
-		f.HAMiLibDir != "/usr/local/vgpu" || f.MPSRoot != "/var/lib/qgpu/mps" || f.logs.Format != "text" ||
+		f.PriorityIdle != 100*time.Millisecond || f.CgroupRoot != "/sys/fs/cgroup" || f.DeviceRoot != "/dev" || f.DeviceListStrategy != "cdi-cri" ||
+		f.CDISpecDir != "/var/run/cdi" || fmt.Sprint(f.CDINodeSpecDirs) != "[/etc/cdi /var/run/cdi]" ||
+		f.HAMiLibDir != "/usr/local/vgpu" || f.MPSRoot != "/run/qgpu/mps" || f.logs.Format != "text" ||
 		f.HAMiLibName != "" || f.HAMiLockDir != "/tmp/vgpulock" || f.HAMiRegionRoot != "" {
 		t.Errorf("defaults: %+v", f)
 	}
 	f, err = parseFlags([]string{"--node-name=n2", "--fake-cards=2xA100-80G,1xT4", "--backend=mps", "--metrics-addr=127.0.0.1:0", "-v=4"})
-	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.MPSControlBin != "" || f.logs.Verbosity != 4 {
+	if err != nil || f.NodeName != "n2" || f.fakeCards != "2xA100-80G,1xT4" || f.Backend != "mps" || f.DeviceListStrategy != "envvar" || f.logs.Verbosity != 4 {
 		t.Errorf("flags: %+v %v", f, err)
 	}
-	f, err = parseFlags([]string{"--fake-cards=1xT4", "--mps-control-bin=/opt/mps-control"})
-	if err != nil || f.MPSControlBin != "/opt/mps-control" {
-		t.Errorf("an explicit --mps-control-bin with fake cards: %+v %v", f, err)
+	f, err = parseFlags([]string{"--fake-cards=1xT4", "--device-list-strategy=cdi-annotations"})
+	if err != nil || f.DeviceListStrategy != "cdi-annotations" {
+		t.Errorf("an explicit --device-list-strategy with fake cards: %+v %v", f, err)
 	}
 	if f, err := parseFlags(nil); err != nil || f.ProcRoot != "/proc" || f.metricsAddrFile != "" {
 		t.Errorf("defaults of the simulation flags: %+v %v", f, err)
@@ -223,5 +225,63 @@ func TestProductionLinksNoSimulation(t *testing.T) {
 	}
 	if slices.Contains(deps, "github.com/qgpu-scheduler/qgpu/agent/fakeactivity") {
 		t.Error("cmd/qgpu-agent links agent/fakeactivity")
+	}
+}
+
+// TestMPSCommandArgs: the MPS control daemon DaemonSet's args parse, and
+// with fake cards no control binary is run unless one is named.
+func TestMPSCommandArgs(t *testing.T) {
+	raw, err := os.ReadFile("../../../manifests/mps/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(raw, &ds); err != nil {
+		t.Fatal(err)
+	}
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	if len(args) == 0 || args[0] != "mps-control-daemon" {
+		t.Fatalf("args %v: want the mps-control-daemon subcommand first", args)
+	}
+	cmd := newMPSCommand()
+	if err := cmd.ParseFlags(args[1:]); err != nil {
+		t.Fatalf("%v: %v", args, err)
+	}
+	if got, _ := cmd.Flags().GetString("mps-root"); got != DefaultMPSRoot {
+		t.Errorf("--mps-root %q, want the agent's default %q", got, DefaultMPSRoot)
+	}
+	// What the agent's DaemonSet lacked for MPS: the compute capability
+	// (MPS binaries, libcuda), /dev/shm shared with the clients, host PIDs,
+	// and a life of its own (an agent rollout must not end the clients).
+	spec := ds.Spec.Template.Spec
+	env := map[string]string{}
+	for _, e := range spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	if !strings.Contains(env["NVIDIA_DRIVER_CAPABILITIES"], "compute") || env["NVIDIA_VISIBLE_DEVICES"] != "all" {
+		t.Errorf("driver capabilities %q, visible devices %q: want compute and all", env["NVIDIA_DRIVER_CAPABILITIES"], env["NVIDIA_VISIBLE_DEVICES"])
+	}
+	shm := ""
+	for _, m := range spec.Containers[0].VolumeMounts {
+		if m.MountPath == "/dev/shm" {
+			for _, v := range spec.Volumes {
+				if v.Name == m.Name && v.HostPath != nil {
+					shm = v.HostPath.Path
+				}
+			}
+		}
+	}
+	if shm != DefaultMPSRoot+"/shm" {
+		t.Errorf("/dev/shm from %q, want %s/shm (what the agent mounts into clients)", shm, DefaultMPSRoot)
+	}
+	if !spec.HostPID || ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+		t.Errorf("hostPID %v, update strategy %q: want true, OnDelete", spec.HostPID, ds.Spec.UpdateStrategy.Type)
+	}
+	if ds.Spec.Template.Spec.NodeSelector["qgpu.io/enforcement"] != "mps" {
+		t.Errorf("node selector %v: want the mps nodes", spec.NodeSelector)
+	}
+	root, _, err := newCommand(newOptions(), &bytes.Buffer{}).Find([]string{"mps-control-daemon"})
+	if err != nil || root.Name() != "mps-control-daemon" {
+		t.Errorf("qgpu-agent mps-control-daemon: %v %v", root, err)
 	}
 }

@@ -85,8 +85,10 @@ func (o *options) addEnforcementFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so or libvgpu.so.<version>, mounted into containers read-only (hami-core backend)")
 	fs.StringVar(&o.HAMiLibName, "hami-lib-name", "", `the library's file name in --hami-lib-dir ("": the newest libvgpu.so.<version>, else libvgpu.so)`)
 	fs.StringVar(&o.HAMiLockDir, "hami-lock-dir", "/tmp/vgpulock", "host lock directory HAMi-core's containers share, mounted at /tmp/vgpulock (hami-core backend)")
-	fs.StringVar(&o.MPSRoot, "mps-root", "/var/lib/qgpu/mps", "host directory for per-card MPS pipe directories (mps backend)")
-	fs.StringVar(&o.MPSControlBin, "mps-control-bin", "nvidia-cuda-mps-control", `MPS control binary the agent runs per card when the mps backend is selected ("" : an operator runs the daemons; with --fake-cards the default is "")`)
+	fs.StringVar(&o.MPSRoot, "mps-root", DefaultMPSRoot, "host directory the MPS control daemon (qgpu-agent mps-control-daemon) shares with the agent: per-card pipe directories and the shared memory directory, on a tmpfs (mps backend)")
+	fs.StringVar(&o.DeviceListStrategy, "device-list-strategy", string(enforce.StrategyCDICRI), fmt.Sprintf("how Allocate answers reach the container runtime: %v (docs/backend-env.md; with --fake-cards the default is envvar)", enforce.Strategies))
+	fs.StringVar(&o.CDISpecDir, "cdi-spec-dir", "/var/run/cdi", "where the agent writes its per-container CDI specs (cdi-cri, cdi-annotations); the runtime must read it")
+	fs.StringSliceVar(&o.CDINodeSpecDirs, "cdi-node-spec-dirs", []string{"/etc/cdi", "/var/run/cdi"}, "where the node's NVIDIA CDI spec (nvidia-ctk cdi generate) is looked up")
 }
 
 func (o *options) addPriorityFlags(fs *pflag.FlagSet) {
@@ -106,11 +108,11 @@ func (o *options) addSimulationFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.fakeHealthFile, "fake-health-file", "", "with --fake-cards: a file listing unhealthy cards, one index or UUID per line")
 }
 
-// complete fills the defaults that depend on other flags. Fake cards have
-// no MPS to run: keep simulated nodes from refusing mps Allocate calls for
-// want of a binary, unless one is named on purpose.
+// complete fills the defaults that depend on other flags. Simulated nodes
+// (fake cards on hollow kubelets) have no NVIDIA CDI spec and usually no
+// runtime that reads CDI: they deliver as envvar unless told otherwise.
 func (o *options) complete(fs *pflag.FlagSet) {
-	if o.fakeCards != "" && !fs.Changed("mps-control-bin") {
-		o.MPSControlBin = ""
+	if o.fakeCards != "" && !fs.Changed("device-list-strategy") {
+		o.DeviceListStrategy = string(enforce.StrategyEnvvar)
 	}
 }

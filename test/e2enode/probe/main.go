@@ -4,7 +4,7 @@
 //
 //	{"kind":"dev","name":"nvidia1","char":true,"major":195,"minor":1}
 //	{"kind":"env","name":"QGPU_MEMORY_GIB","value":"4"}
-//	{"kind":"mount","target":"/etc/hosts","source":"/dev/vda","fstype":"ext4","ro":true}
+//	{"kind":"mount","target":"/etc/hosts","root":"/var/lib/.../hosts","source":"/dev/vda","fstype":"ext4","ro":true}
 //	{"kind":"file","name":"/etc/ld.so.preload","value":"/usr/local/vgpu/libvgpu.so\n"}
 //	{"kind":"writable","name":"/tmp/vgpu"}
 //	{"kind":"done"}
@@ -32,6 +32,7 @@ type Line struct {
 	Major  uint32 `json:"major,omitempty"`
 	Minor  uint32 `json:"minor,omitempty"`
 	Target string `json:"target,omitempty"`
+	Root   string `json:"root,omitempty"` // the mounted directory inside its file system (a bind mount's source)
 	Source string `json:"source,omitempty"`
 	FSType string `json:"fstype,omitempty"`
 	RO     bool   `json:"ro,omitempty"`
@@ -75,8 +76,9 @@ func environment(emit func(Line)) {
 	}
 }
 
-// mounts reads /proc/self/mountinfo: field 5 is the mount point; after the
-// " - " separator come the file system type and the source.
+// mounts reads /proc/self/mountinfo: field 4 is the root of the mount
+// inside its file system, field 5 the mount point; after the " - "
+// separator come the file system type and the source.
 func mounts(emit func(Line)) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -93,18 +95,21 @@ func mounts(emit func(Line)) {
 			continue
 		}
 		ro := strings.HasPrefix(fields[5], "ro,") || fields[5] == "ro"
-		emit(Line{Kind: "mount", Target: fields[4], FSType: tail[0], Source: tail[1], RO: ro})
+		emit(Line{Kind: "mount", Target: fields[4], Root: fields[3], FSType: tail[0], Source: tail[1], RO: ro})
 	}
 }
 
-// hamiFiles prints what the hami-core backend puts in a container, where it
-// exists: the preload file's content and whether the region directory is
-// writable by the container's user.
+// hamiFiles prints what the hami-core and mps backends put in a container,
+// where it exists: the preload file's content, the MPS control daemon's
+// mark in the shared memory directory, and whether the directories the
+// container must write are writable by its user.
 func hamiFiles(emit func(Line)) {
-	if data, err := os.ReadFile("/etc/ld.so.preload"); err == nil {
-		emit(Line{Kind: "file", Name: "/etc/ld.so.preload", Value: string(data)})
+	for _, f := range []string{"/etc/ld.so.preload", "/dev/shm/qgpu-mps-control-daemon"} {
+		if data, err := os.ReadFile(f); err == nil {
+			emit(Line{Kind: "file", Name: f, Value: string(data)})
+		}
 	}
-	for _, dir := range []string{"/tmp/vgpu", "/tmp/vgpulock"} {
+	for _, dir := range []string{"/tmp/vgpu", "/tmp/vgpulock", "/dev/shm"} {
 		if _, err := os.Stat(dir); err != nil {
 			continue
 		}

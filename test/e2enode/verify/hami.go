@@ -15,9 +15,11 @@ import (
 // library, the region and lock directories mounted writable and writable
 // by the container's user, and CUDA_DEVICE_MEMORY_SHARED_CACHE and
 // CUDA_DEVICE_MEMORY_LIMIT_<i> as the slices say. What the node enforces
-// is checked whatever the pod's spec says; a limit variable the pod sets
-// itself is not (the pod's env comes last: that part is cooperative).
-func HAMiCore(p *corev1.Pod, container string, lines []Line) []string {
+// is checked whatever the pod's spec says. A limit variable the pod sets
+// itself is checked only when envByCDI (the agent delivered through CDI,
+// whose variables the runtime applies after the pod's own); otherwise the
+// pod's env comes last and that part is cooperative.
+func HAMiCore(p *corev1.Pod, container string, lines []Line, envByCDI bool) []string {
 	mounts, env, files, writable := map[string]Line{}, map[string]string{}, map[string]string{}, map[string]bool{}
 	var problems []string
 	for _, l := range lines {
@@ -57,7 +59,7 @@ func HAMiCore(p *corev1.Pod, container string, lines []Line) []string {
 	}
 	own := specEnv(p, container)
 	for k, v := range want {
-		if _, set := own[k]; !set && env[k] != v {
+		if _, set := own[k]; (envByCDI || !set) && env[k] != v {
 			problems = append(problems, fmt.Sprintf("%s=%q, want %q", k, env[k], v))
 		}
 	}

@@ -26,6 +26,7 @@ type Line struct {
 	Major  uint32 `json:"major"`
 	Minor  uint32 `json:"minor"`
 	Target string `json:"target"`
+	Root   string `json:"root"`
 	RO     bool   `json:"ro"`
 }
 

@@ -1,0 +1,112 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/qgpu-scheduler/qgpu/agent/enforce/mpsd"
+	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+)
+
+// DefaultMPSRoot is shared by the agent and the MPS control daemon; /run is
+// a tmpfs on systemd hosts, as MPS shared memory must be.
+const DefaultMPSRoot = "/run/qgpu/mps"
+
+// mpsOptions is `qgpu-agent mps-control-daemon`'s command line.
+type mpsOptions struct {
+	root, bin, fakeCards, nodeName string
+}
+
+// newMPSCommand is the MPS control daemon of manifests/mps: its own
+// DaemonSet, so that agent restarts do not stop MPS (agent/enforce/mpsd).
+func newMPSCommand() *cobra.Command {
+	o := &mpsOptions{}
+	cmd := &cobra.Command{
+		Use:   "mps-control-daemon",
+		Short: "Run one MPS control daemon per card (the mps backend's DaemonSet)",
+		Long: `mps-control-daemon sets every card of the node to the EXCLUSIVE_PROCESS
+compute mode, runs and supervises nvidia-cuda-mps-control per card with its
+pipe and log directories under --mps-root, and marks each card ready there
+for the agent's mps backend. On SIGTERM it quits the daemons and sets the
+cards back to DEFAULT. docs/backend-mps.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("mps-control-bin") && o.fakeCards != "" {
+				o.bin = ""
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.root, "mps-root", DefaultMPSRoot, "host directory shared with the agent (its --mps-root), on a tmpfs")
+	fs.StringVar(&o.bin, "mps-control-bin", "nvidia-cuda-mps-control", `the MPS control binary (the NVIDIA container runtime mounts it with the compute capability); with --fake-cards the default is "": no daemon runs and the cards are only marked ready`)
+	fs.StringVar(&o.fakeCards, "fake-cards", "", "simulate cards instead of NVML, as the agent's --fake-cards")
+	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME; seeds the fake cards' UUIDs)")
+	return cmd
+}
+
+func (o *mpsOptions) run(ctx context.Context) error {
+	logger := klog.Background().WithName("mps-control-daemon")
+	var lib gonvml.Interface = gonvml.New()
+	var modes mpsd.ComputeModes = nvmlModes{lib: lib}
+	if o.fakeCards != "" {
+		cards, err := nvml.ParseFakeSpec(o.fakeCards)
+		if err != nil {
+			return err
+		}
+		lib, modes = nvml.NewFake(cards, o.nodeName, ""), loggedModes{logger}
+	}
+	driver, err := nvml.Open(lib)
+	if err != nil {
+		return err
+	}
+	defer driver.Close()
+	shm, err := mpsd.PrepareShm(o.root)
+	if err != nil {
+		return err
+	}
+	var uuids []string
+	for _, c := range driver.Cards() {
+		uuids = append(uuids, c.UUID)
+	}
+	d := mpsd.New(o.root, o.bin, modes, logger)
+	defer d.Stop()
+	if err := d.Start(uuids); err != nil {
+		return err
+	}
+	logger.Info("MPS control daemons started", "cards", len(uuids), "root", o.root, "shm", shm, "simulated", o.bin == "")
+	<-ctx.Done()
+	logger.Info("Stopping the MPS control daemons")
+	return nil
+}
+
+// nvmlModes sets compute modes through NVML, as `nvidia-smi -i <uuid> -c`.
+type nvmlModes struct{ lib gonvml.Interface }
+
+func (m nvmlModes) SetExclusiveProcess(uuid string, exclusive bool) error {
+	dev, ret := m.lib.DeviceGetHandleByUUID(uuid)
+	if ret != gonvml.SUCCESS {
+		return fmt.Errorf("NVML device %s: %s", uuid, gonvml.ErrorString(ret))
+	}
+	mode := gonvml.COMPUTEMODE_DEFAULT
+	if exclusive {
+		mode = gonvml.COMPUTEMODE_EXCLUSIVE_PROCESS
+	}
+	if ret := dev.SetComputeMode(mode); ret != gonvml.SUCCESS {
+		return fmt.Errorf("NVML set compute mode of %s: %s", uuid, gonvml.ErrorString(ret))
+	}
+	return nil
+}
+
+// loggedModes stands in for NVML on fake cards.
+type loggedModes struct{ logger klog.Logger }
+
+func (m loggedModes) SetExclusiveProcess(uuid string, exclusive bool) error {
+	m.logger.Info("Simulated compute mode", "card", uuid, "exclusiveProcess", exclusive)
+	return nil
+}

@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/test/e2enode/verify"
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+const backendsLabel = "qgpu-e2e-backends"
+
+// overrides is what a pod that tries to get more than its slice sets in its
+// own spec: every card, and every limit variable of every backend widened.
+var overrides = []corev1.EnvVar{
+	{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}, {Name: "QGPU_MEMORY_GIB", Value: "999"}, {Name: "QGPU_CORES", Value: "100"},
+	{Name: "CUDA_DEVICE_MEMORY_LIMIT_0", Value: "99999m"}, {Name: "CUDA_DEVICE_MEMORY_SHARED_CACHE", Value: "/tmp/mine.cache"},
+	{Name: "CUDA_DEVICE_SM_LIMIT", Value: "100"}, {Name: "GPU_CORE_UTILIZATION_POLICY", Value: "disable"},
+	{Name: "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", Value: "0=99999M"}, {Name: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", Value: "100"},
+	{Name: "CUDA_MPS_PIPE_DIRECTORY", Value: "/tmp/elsewhere"},
+}
+
+// checkBackends runs, on the first node relabelled to each backend in turn
+// (policy fixed-share, so that every limit applies), a plain probe pod and
+// one whose spec sets overrides, and checks from inside each what it got:
+// exactly its card's device nodes, the backend's files, directories and
+// variables, and the agent's values whatever the pod set. The examples are
+// deleted first, to free the cards.
+func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, n *node) result {
+	var res result
+	fail := func(format string, args ...any) {
+		res.failures++
+		fmt.Printf("FAIL "+format+"\n", args...)
+	}
+	if err := deleteAndWait(ctx, cp, "app.kubernetes.io/part-of=qgpu-examples"); err != nil {
+		fail("deleting the examples: %v", err)
+		return res
+	}
+	stepLog(start, "examples deleted; backends on %s", n.name)
+	for _, backend := range []string{"env", "hami-core", "mps"} {
+		if err := labelNode(ctx, cp, n.name, map[string]string{protocol.LabelEnforcement: backend,
+			protocol.LabelSchedulePolicy: string(protocol.PolicyFixedShare)}); err != nil {
+			fail("labelling %s %s: %v", n.name, backend, err)
+			continue
+		}
+		if backend == "mps" {
+			// Fewer refused first pods; runBackendPod still retries.
+			if err := waitDaemonSetReady(ctx, cp, "qgpu-mps-control-daemon"); err != nil {
+				fail("the MPS control daemon on %s: %v", n.name, err)
+			}
+		}
+		for _, override := range []bool{false, true} {
+			p, lines, err := runBackendPod(ctx, o, cp, n, backend, override)
+			res.containers++
+			if err != nil {
+				fail("%s: %v", backend, err)
+				continue
+			}
+			if problems := backendProblems(backend, p, lines); len(problems) > 0 {
+				fail("%s %s: %s", backend, p.Name, strings.Join(problems, "; "))
+			} else {
+				fmt.Printf("ok   %s %s: its card, files, directories and variables, none of the pod's own overrides\n", backend, p.Name)
+			}
+			if backend == "mps" && override {
+				if err := restartAgentKeepsMPS(ctx, cp, n.name, p.Name); err != nil {
+					fail("mps: restarting the agent: %v", err)
+				} else {
+					fmt.Printf("ok   mps: the agent on %s restarted; the MPS control daemon and %s kept running\n", n.name, p.Name)
+				}
+			}
+			if err := deleteAndWait(ctx, cp, "app.kubernetes.io/part-of="+backendsLabel); err != nil {
+				fail("deleting %s: %v", p.Name, err)
+			}
+		}
+		stepLog(start, "backend %s checked", backend)
+	}
+	return res
+}
+
+// backendProblems is the verdict on one probe's output.
+func backendProblems(backend string, p *corev1.Pod, lines []verify.Line) []string {
+	problems := verify.Container(p, "probe", lines, DeviceRoot)
+	switch backend {
+	case "hami-core":
+		problems = append(problems, verify.HAMiCore(p, "probe", lines, true)...)
+		problems = append(problems, verify.Env(lines, map[string]string{"CUDA_DEVICE_SM_LIMIT": "20", "GPU_CORE_UTILIZATION_POLICY": "force"})...)
+	case "mps":
+		problems = append(problems, verify.MPS(p, "probe", lines)...)
+		problems = append(problems, verify.Env(lines, map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "20"})...)
+	}
+	return problems
+}
+
+// runBackendPod creates the probe pod and returns it with its output. The
+// agent sees the node's new label through its informer, and the mps
+// backend needs the control daemon the label brings: a plain pod admitted
+// before either (refused, or answered by the previous backend) is deleted
+// and made again, a bounded number of times. The overriding pod runs only
+// after a plain one got the backend, so it is never retried.
+func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *node, backend string, override bool) (*corev1.Pod, []verify.Line, error) {
+	kind := "plain"
+	if override {
+		kind = "override"
+	}
+	var last error
+	for attempt := 1; attempt <= 6; attempt++ {
+		p := backendPod(fmt.Sprintf("be-%s-%s-%d", backend, kind, attempt), n.name, o, override)
+		p, err := cp.Client.CoreV1().Pods(examplesNamespace).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			return nil, nil, err
+		}
+		p, err = waitPodSettled(ctx, cp, p.Name)
+		if err == nil {
+			var lines []verify.Line
+			if lines, err = containerOutput(n.dir, p, "probe"); err == nil {
+				if got := verify.Backend(lines); got == backend || override {
+					return p, lines, nil
+				}
+				err = fmt.Errorf("answered by the %s backend", verify.Backend(lines))
+			}
+		}
+		last = fmt.Errorf("%s (attempt %d): %w", p.Name, attempt, err)
+		fmt.Println("  retrying:", last)
+		if err := deleteAndWait(ctx, cp, "app.kubernetes.io/part-of="+backendsLabel); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, last
+}
+
+func backendPod(name, node string, o options, override bool) *corev1.Pod {
+	c := corev1.Container{Name: "probe", Image: o.repo + "/probe:" + o.version, ImagePullPolicy: corev1.PullNever,
+		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
+			protocol.ResourceMemory: resource.MustParse("2"), protocol.ResourceCore: resource.MustParse("20")}}}
+	if override {
+		c.Env = overrides
+	}
+	grace := int64(1)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: examplesNamespace,
+			Labels: map[string]string{"app.kubernetes.io/part-of": backendsLabel}},
+		Spec: corev1.PodSpec{SchedulerName: "qgpu-scheduler", NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+			Containers: []corev1.Container{c}, TerminationGracePeriodSeconds: &grace},
+	}
+}
+
+// waitPodSettled waits until the pod runs, or fails (a refused Allocate).
+func waitPodSettled(ctx context.Context, cp *harness.ControlPlane, name string) (*corev1.Pod, error) {
+	var p *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if p, err = cp.Client.CoreV1().Pods(examplesNamespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("pod failed: %s %s", p.Status.Reason, p.Status.Message)
+		}
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+	return p, err
+}
+
+// deleteAndWait deletes the pods with the label selector and waits until
+// they are gone (their grants released).
+func deleteAndWait(ctx context.Context, cp *harness.ControlPlane, selector string) error {
+	pods := cp.Client.CoreV1().Pods(examplesNamespace)
+	// Graceful: the pod object goes once the kubelet has stopped it (the
+	// probe exits on SIGTERM).
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: selector}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		return err == nil && len(list.Items) == 0, nil
+	})
+}
+
+// restartAgentKeepsMPS deletes the agent's pod on node and waits for its
+// replacement to be Ready, then checks that the MPS control daemon's pod
+// and the client pod are the same pods, never restarted: the daemons are
+// not the agent's children.
+func restartAgentKeepsMPS(ctx context.Context, cp *harness.ControlPlane, node, client string) error {
+	onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}
+	before, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, onNode)
+	if err != nil {
+		return err
+	}
+	var agent, daemon *corev1.Pod
+	for i := range before.Items {
+		switch p := &before.Items[i]; p.Labels["app"] {
+		case "qgpu-agent":
+			agent = p
+		case "qgpu-mps-control-daemon":
+			daemon = p
+		}
+	}
+	if agent == nil || daemon == nil {
+		return fmt.Errorf("no agent or MPS daemon pod on %s", node)
+	}
+	if err := cp.Client.CoreV1().Pods(systemNamespace).Delete(ctx, agent.Name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, onNode)
+		if err != nil {
+			return false, nil
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.Labels["app"] == "qgpu-agent" && p.UID != agent.UID && podReady(p) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no new agent pod Ready: %w", err)
+	}
+	now, err := cp.Client.CoreV1().Pods(systemNamespace).Get(ctx, daemon.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the MPS control daemon pod %s: %w", daemon.Name, err)
+	}
+	if now.UID != daemon.UID || restarts(now) != restarts(daemon) || !podReady(now) {
+		return fmt.Errorf("the MPS control daemon pod %s changed: restarts %d → %d, ready %v", daemon.Name, restarts(daemon), restarts(now), podReady(now))
+	}
+	c, err := cp.Client.CoreV1().Pods(examplesNamespace).Get(ctx, client, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("client %s: %w", client, err)
+	}
+	if c.Status.Phase != corev1.PodRunning || restarts(c) != 0 {
+		return fmt.Errorf("client %s: phase %s, restarts %d", client, c.Status.Phase, restarts(c))
+	}
+	return nil
+}
+
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
+}
+
+// waitDaemonSetReady waits until the DaemonSet has a pod and all its pods
+// are Ready.
+func waitDaemonSetReady(ctx context.Context, cp *harness.ControlPlane, name string) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ds, err := cp.Client.AppsV1().DaemonSets(systemNamespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && ds.Status.DesiredNumberScheduled > 0 && ds.Status.NumberReady == ds.Status.DesiredNumberScheduled, nil
+	})
+}
+
+func labelNode(ctx context.Context, cp *harness.ControlPlane, node string, labels map[string]string) error {
+	var parts []string
+	for k, v := range labels {
+		parts = append(parts, fmt.Sprintf("%q:%q", k, v))
+	}
+	patch := `{"metadata":{"labels":{` + strings.Join(parts, ",") + `}}}`
+	_, err := cp.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// The configuration files of a node's containerd, CNI plugin and kubelet.
+
+func containerdConfig(dir string, env nodeEnv) string {
+	return fmt.Sprintf(`version = 3
+root = %[1]q
+state = %[2]q
+
+[grpc]
+  address = %[3]q
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = %[4]q
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # These machines lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be
+  # written, and without this every sandbox fails to start.
+  restrict_oom_score_adj = true
+  # The node's NVIDIA spec and the agent's per-container specs.
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["/usr/lib/cni", %[5]q]
+    conf_dir = %[6]q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+`, filepath.Join(dir, "containerd", "root"), filepath.Join(dir, "containerd", "state"),
+		filepath.Join(dir, "containerd.sock"), env.pauseImage, env.binDir, filepath.Join(dir, "cni"))
+}
+
+func cniConfig(dir, prefix string, env nodeEnv) string {
+	return fmt.Sprintf(`{"cniVersion": "1.0.0", "name": "qgpu-e2e", "plugins": [{"type": "qgpu-e2e-cni",
+  "prefix": %q, "dataDir": %q, "proxySocket": %q, "serviceIP": %q}]}
+`, prefix, filepath.Join(dir, "cni-data"), env.proxySocket, env.serviceIP)
+}
+
+func kubeletConfig(dir string, port int, cgroupRoot string) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: 127.0.0.1
+port: %d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization: {mode: AlwaysAllow}
+cgroupDriver: cgroupfs
+cgroupRoot: %s
+failSwapOn: false
+failCgroupV1: false
+containerRuntimeEndpoint: unix://%s
+evictionHard: {memory.available: "1Mi", nodefs.available: "1%%", nodefs.inodesFree: "1%%", imagefs.available: "1%%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+nodeStatusUpdateFrequency: 4s
+syncFrequency: 10s
+resolvConf: ""
+rotateCertificates: false
+`, port, port+1, cgroupRoot, filepath.Join(dir, "containerd.sock"))
+}

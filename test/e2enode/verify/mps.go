@@ -1,0 +1,108 @@
+package verify
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// MPS checks what the mps backend gives a one-card shared container
+// (docs/backend-mps.md): its card's pipe directory at /tmp/nvidia-mps (a
+// bind of <mps root>/<uuid>/pipe), the shared memory directory at
+// /dev/shm (<mps root>/shm, which holds the control daemon's mark), both
+// writable, and CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+// as the slice says, whatever the pod's spec sets (the agent delivers
+// through CDI).
+func MPS(p *corev1.Pod, container string, lines []Line) []string {
+	slices, err := containerSlices(p, container)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	if len(slices) != 1 {
+		return []string{fmt.Sprintf("%d cards: MPS serves one-card containers", len(slices))}
+	}
+	s := slices[0]
+	mounts, files, writable := map[string]Line{}, map[string]string{}, map[string]bool{}
+	for _, l := range lines {
+		switch l.Kind {
+		case "mount":
+			mounts[l.Target] = l
+		case "file":
+			files[l.Name] = l.Value
+		case "writable":
+			writable[l.Name] = true
+		}
+	}
+	var problems []string
+	for target, root := range map[string]string{"/tmp/nvidia-mps": "/" + s.UUID + "/pipe", "/dev/shm": "/shm"} {
+		m, ok := mounts[target]
+		switch {
+		case !ok:
+			problems = append(problems, "no mount at "+target)
+		case m.RO:
+			problems = append(problems, target+" mounted read-only")
+		case !strings.HasSuffix(m.Root, root):
+			problems = append(problems, fmt.Sprintf("%s is %s, want the MPS root's %s", target, m.Root, root))
+		}
+	}
+	if !writable["/dev/shm"] {
+		problems = append(problems, "/dev/shm is not writable by the container's user")
+	}
+	if _, ok := files["/dev/shm/qgpu-mps-control-daemon"]; !ok {
+		problems = append(problems, "/dev/shm does not hold the MPS control daemon's mark: not the daemon's shared memory")
+	}
+	return append(problems, Env(lines, map[string]string{
+		"CUDA_MPS_PIPE_DIRECTORY":          "/tmp/nvidia-mps",
+		"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=" + strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "M",
+	})...)
+}
+
+// Env checks that the container's environment holds want.
+func Env(lines []Line, want map[string]string) []string {
+	env := map[string]string{}
+	for _, l := range lines {
+		if l.Kind == "env" {
+			env[l.Name] = l.Value
+		}
+	}
+	var problems []string
+	for k, v := range want {
+		if got, ok := env[k]; !ok || got != v {
+			problems = append(problems, fmt.Sprintf("%s=%q, want %q", k, got, v))
+		}
+	}
+	return problems
+}
+
+// Backend tells the backend that answered a plain pod by its variables:
+// the memory answer's and the core answer's must agree (the kubelet makes
+// one Allocate per resource, and the label may change between the two).
+func Backend(lines []Line) string {
+	env := map[string]bool{}
+	for _, l := range lines {
+		if l.Kind == "env" {
+			env[l.Name] = true
+		}
+	}
+	memory, core := "env", "env"
+	switch {
+	case env["CUDA_MPS_PIPE_DIRECTORY"]:
+		memory = "mps"
+	case env["CUDA_DEVICE_MEMORY_SHARED_CACHE"]:
+		memory = "hami-core"
+	}
+	switch {
+	case env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]:
+		core = "mps"
+	case env["GPU_CORE_UTILIZATION_POLICY"]:
+		core = "hami-core"
+	}
+	if memory != core {
+		return fmt.Sprintf("%s (memory) and %s (cores)", memory, core)
+	}
+	return memory
+}
