@@ -114,6 +114,20 @@ func Advertised(v Vocabulary) []string {
 	return nil
 }
 
+// Unadvertised returns the resources of every vocabulary that no device
+// plugin serves: the scheduler's ledger alone accounts them.
+func Unadvertised() []string {
+	var out []string
+	for _, v := range All {
+		for _, r := range Resources(v) {
+			if !slices.Contains(Advertised(v), r) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
 // Of returns the vocabulary resource belongs to, and whether it belongs to one.
 func Of(resource string) (Vocabulary, bool) {
 	for _, v := range All {
