@@ -29,7 +29,8 @@ type PodSource interface {
 // NodeConfig returns the node's current enforcement backend and policy.
 type NodeConfig func() (enforce.Backend, protocol.Policy, error)
 
-// Allocator answers Allocate calls for all three resources. Calls are
+// Allocator answers Allocate calls for all three resources and the
+// vocabularies' (vocab.go). Calls are
 // serialised: matching reads the store and the answer writes it.
 type Allocator struct {
 	Node   string
@@ -70,7 +71,11 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		return nil, fmt.Errorf("enforcement backend: %w", err)
 	}
 	cand, err := a.match(ctx, resource, int64(len(deviceIDs)))
-	if errors.Is(err, ErrNoMatch) {
+	if errors.Is(err, ErrNoMatch) && isVocabulary(resource) {
+		if resp, ok, err := a.repeatedVocabulary(ctx, backend, policy, resource, deviceIDs); ok {
+			return resp, err
+		}
+	} else if errors.Is(err, ErrNoMatch) {
 		// Only when no container is waiting: the kubelet hands an app container
 		// the devices of an init container it reuses, so equal IDs alone do not
 		// mean a repeated call.
@@ -81,6 +86,9 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 	}
 	if err != nil {
 		return nil, err
+	}
+	if isVocabulary(resource) {
+		return a.allocateVocabulary(ctx, backend, policy, cand, resource, deviceIDs)
 	}
 	g := a.grantOf(cand, resource, deviceIDs)
 	if err := a.withinCapacity(ctx, g); err != nil {
