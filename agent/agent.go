@@ -74,6 +74,8 @@ type Config struct {
 	FakeActivityFile string
 	// Started, if set, is called once everything runs, with the metrics address.
 	Started func(metricsAddr net.Addr)
+	// Vocabularies are served on every node besides those its labels enable (vocabularies.go).
+	Vocabularies []string
 }
 
 // Validate checks the configuration before anything starts.
@@ -104,6 +106,7 @@ func (c *Config) Validate() error {
 	if c.PriorityPoll < 0 || c.PriorityIdle < 0 {
 		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
 	}
+	errs = append(errs, validateVocabularies(c.Vocabularies)...)
 	return errors.Join(errs...)
 }
 
@@ -223,6 +226,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 		alloc.Kubelet = podresources.Client{Socket: a.cfg.PodResourcesSocket}
 	}
 	a.plugins = deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
+	a.plugins.AddVocabularies(a.vocabularies(ctx), a.tracker.Cards(), &observed{alloc: alloc, agent: a})
 	defer a.plugins.Stop()
 	a.probes.plugins.Store(a.plugins)
 	publish := newPublisher(a.cfg.Client, a.cfg.NodeName, a.tracker)
