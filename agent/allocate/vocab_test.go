@@ -63,13 +63,13 @@ func TestAllocatorVocabularies(t *testing.T) {
 		pod: vocabPod("t9k", 0, []map[string]int64{{vocab.T9kGPU: 2}},
 			[][]protocol.Slice{{slice(0, 15, 100), slice(1, 15, 100)}}),
 		calls: []string{vocab.T9kGPU}, ids: []int{2},
-		wantEnvs: []map[string]string{{"NVIDIA_VISIBLE_DEVICES": "GPU-0,GPU-1", "T9K_GPU_PERCENT": "100", "T9K_GPU_MEMORY": "15360", "QGPU_CORES": "200"}},
+		wantEnvs: []map[string]string{{"NVIDIA_VISIBLE_DEVICES": "GPU-0,GPU-1", "T9K_GPU_PERCENT": "", "QGPU_CORES": "200"}},
 	}, {
 		name: "t9k node-exclusive",
 		pod: vocabPod("t9k", 0, []map[string]int64{{vocab.T9kGPUNode: 1}},
 			[][]protocol.Slice{{slice(0, 15, 100), slice(1, 15, 100)}}),
 		calls: []string{vocab.T9kGPUNode}, ids: []int{1},
-		wantEnvs: []map[string]string{{"NVIDIA_VISIBLE_DEVICES": "GPU-0,GPU-1", "T9K_GPU_PERCENT": "100", "QGPU_CORES": "200"}},
+		wantEnvs: []map[string]string{{"NVIDIA_VISIBLE_DEVICES": "all", "QGPU_CORES": "200"}},
 	}, {
 		name: "hami one card",
 		pod: vocabPod("hami", 0, []map[string]int64{{vocab.HAMiGPU: 1, vocab.HAMiMemory: 3000, vocab.HAMiCores: 30}},

@@ -13,8 +13,11 @@ import (
 // written in another system's vocabulary (the call came for resource), to
 // what that system promises its containers (docs/vocabularies.md#what-a-container-receives):
 //
-//   - T9k: T9K_GPU_PERCENT (the percent of a card asked; 100 for whole
-//     cards) and T9K_GPU_MEMORY (the memory granted on each card, in MiB).
+//   - T9k: for nvidia-gpu-percent, T9K_GPU_PERCENT (the percent asked) and
+//     T9K_GPU_MEMORY (the memory granted, in MiB: the percent of the card
+//     rounded up to whole GiB); for nvidia-gpu-node,
+//     NVIDIA_VISIBLE_DEVICES=all (the pod holds every card of the node);
+//     nvidia-gpu gets the cards' UUIDs from the backend, as T9k gives them.
 //   - vcuda: where the backend caps compute (CUDA_DEVICE_SM_LIMIT), the cap
 //     is the pod's nvidia.com/vcuda-core-limit, the ceiling above the
 //     guaranteed vcuda-core, as gpu-manager's vcuda-controller applies it.
@@ -29,8 +32,14 @@ func VocabularyEnv(resource string, pod *v1.Pod, container string, slices []prot
 	voc, _ := vocab.Of(resource)
 	switch voc {
 	case vocab.T9k:
-		envs["T9K_GPU_PERCENT"] = strconv.FormatInt(min(slices[0].Cores, protocol.CoresPerCard), 10)
-		envs["T9K_GPU_MEMORY"] = strconv.FormatInt(slices[0].MemoryGiB*protocol.GiB, 10)
+		switch resource {
+		case vocab.T9kGPUPercent:
+			envs["T9K_GPU_PERCENT"] = strconv.FormatInt(min(slices[0].Cores, protocol.CoresPerCard), 10)
+			envs["T9K_GPU_MEMORY"] = strconv.FormatInt(slices[0].MemoryGiB*protocol.GiB, 10)
+		case vocab.T9kGPUNode:
+			// The pod holds every card of the node.
+			envs["NVIDIA_VISIBLE_DEVICES"] = "all"
+		}
 	case vocab.VCUDA:
 		if limit, ok := pod.Annotations[vocab.AnnotationVCUDACoreLimit]; ok && envs[smLimit] != "" {
 			if _, err := strconv.ParseInt(limit, 10, 64); err == nil {
