@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
@@ -37,17 +37,25 @@ func (a *agent) vocabularies(ctx context.Context) []vocab.Vocabulary {
 		}
 	}
 	var labels map[string]string
-	var node *v1.Node
-	// The kubelet registers the Node as it starts; wait a little for it.
+	// The kubelet registers the Node as it starts; wait a little for it. A
+	// list by name, not a get: the agent's RBAC lists and watches Nodes.
+	var lastErr error
+	sel := fields.OneTermEqualSelector("metadata.name", a.cfg.NodeName).String()
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		var err error
-		node, err = a.cfg.Client.CoreV1().Nodes().Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
-		return err == nil, nil
+		list, err := a.cfg.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if lastErr = err; err != nil {
+			return false, nil
+		}
+		for _, n := range list.Items {
+			if n.Name == a.cfg.NodeName {
+				labels = n.Labels
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	if err != nil {
-		klog.FromContext(ctx).Error(err, "Reading the node's vocabulary labels; serving --vocabularies only", "node", a.cfg.NodeName)
-	} else {
-		labels = node.Labels
+		klog.FromContext(ctx).Error(err, "Reading the node's vocabulary labels; serving --vocabularies only", "node", a.cfg.NodeName, "lastError", lastErr)
 	}
 	vs := deviceplugin.EnabledVocabularies(flagged, labels)
 	if len(vs) > 0 {
