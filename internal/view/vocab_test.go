@@ -43,3 +43,19 @@ func TestCheckRelativeRequests(t *testing.T) {
 		})
 	}
 }
+
+// A pod that asks for nvidia.com/gpu alone and carries an assignment was
+// placed as HAMi's (the cluster enables HAMi): its slices count on the card.
+func TestCheckWholeGPUPodsCount(t *testing.T) {
+	hami := func(name string) *builders.PodBuilder {
+		return builders.GPUPod(name).Container("c", map[string]int64{vocab.HAMiGPU: 1})
+	}
+	pods := []v1.Pod{
+		placed(t, hami("a"), one(sl(0, 16, 1))),
+		placed(t, builders.GPUPod("b").General("c", 8, 10), one(sl(0, 8, 10))),
+	}
+	got := kinds(Build([]v1.Node{*gpuNode(false)}, pods, 0).Check())
+	if diff := cmp.Diff([]string{"Oversubscribed n1/card0"}, got); diff != "" {
+		t.Errorf("violations (-want +got):\n%s", diff)
+	}
+}

@@ -116,7 +116,9 @@ func Advertised(v Vocabulary) []string {
 
 // Unadvertised returns the resources of every vocabulary that no device
 // plugin serves: the scheduler's ledger alone accounts them.
-func Unadvertised() []string {
+func Unadvertised() []string { return unadvertised }
+
+var unadvertised = func() []string {
 	var out []string
 	for _, v := range All {
 		for _, r := range Resources(v) {
@@ -126,7 +128,7 @@ func Unadvertised() []string {
 		}
 	}
 	return out
-}
+}()
 
 // Of returns the vocabulary resource belongs to, and whether it belongs to one.
 func Of(resource string) (Vocabulary, bool) {
