@@ -166,3 +166,24 @@ func TestFitLeavesUnadvertisedToTheLedger(t *testing.T) {
 		t.Fatal("NodeResourcesFit no longer checks vcuda-core, which the agent serves")
 	}
 }
+
+// A relative request is resolved once per shape of node in a cycle: Filter
+// on the next node of the same shape allocates nothing.
+func TestFilterResolvesOncePerNodeShape(t *testing.T) {
+	p := newPlugin(t, nil)
+	n := labelled(t4Node("n1", 2, false), vocab.T9k)
+	p.setNodes(n)
+	pod := builders.GPUPod("t9k").Container("c", map[string]int64{vocab.T9kGPUPercent: 30}).Obj()
+	ni := nodeInfo(n)
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { p.Filter(ctx, cs, pod, ni) }); allocs != 0 {
+		t.Fatalf("Filter allocates %v times per call once resolved", allocs)
+	}
+}
