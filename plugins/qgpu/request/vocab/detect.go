@@ -2,7 +2,6 @@ package vocab
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -28,58 +27,64 @@ const DefaultVCUDAMemoryUnitMiB = 1
 // resources of different vocabularies (and the containers that name them).
 // native are the product's own resource names.
 func Detect(pod *v1.Pod, native []string, opts Options) (Vocabulary, error) {
-	hamiExtra := false
-	forEach(pod, func(c *v1.Container) {
-		if _, ok := firstOf(c, []string{HAMiMemory, HAMiMemoryPercent, HAMiCores}); ok {
-			hamiExtra = true
+	hamiGPU := opts.HAMiWholeGPU || podNames(pod, hamiExtras)
+	var found [1 + 3]seen // Native and All, each at most once
+	n := 0
+	for _, cs := range [2][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			c := &cs[i]
+			n = note(&found, n, Native, c, native)
+			for _, v := range All {
+				names := Resources(v)
+				if v == HAMi && !hamiGPU {
+					names = hamiExtras
+				}
+				n = note(&found, n, v, c, names)
+			}
 		}
-	})
-	type seen struct {
-		voc  Vocabulary
-		what string
 	}
-	var found []seen
-	note := func(v Vocabulary, c *v1.Container, res string) {
-		for _, s := range found {
-			if s.voc == v {
-				return
-			}
-		}
-		found = append(found, seen{v, fmt.Sprintf("containers[%s]: %s", c.Name, res)})
-	}
-	forEach(pod, func(c *v1.Container) {
-		if r, ok := firstOf(c, native); ok {
-			note(Native, c, r)
-		}
-		for _, v := range All {
-			names := Resources(v)
-			if v == HAMi && !hamiExtra && !opts.HAMiWholeGPU {
-				names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == HAMiGPU })
-			}
-			if r, ok := firstOf(c, names); ok {
-				note(v, c, r)
-			}
-		}
-	})
-	switch len(found) {
+	switch n {
 	case 0:
 		return Native, nil
 	case 1:
 		return found[0].voc, nil
 	}
-	parts := make([]string, len(found))
-	for i, s := range found {
-		parts[i] = s.what
+	parts := make([]string, n)
+	for i, s := range found[:n] {
+		parts[i] = fmt.Sprintf("containers[%s]: %s", s.container, s.resource)
 	}
 	return Native, fmt.Errorf("%s: a pod asks for GPUs in one vocabulary only", strings.Join(parts, " and "))
 }
 
-// forEach visits init containers, then containers.
-func forEach(pod *v1.Pod, f func(*v1.Container)) {
-	for i := range pod.Spec.InitContainers {
-		f(&pod.Spec.InitContainers[i])
+// seen is the first resource of a vocabulary found in a pod.
+type seen struct {
+	voc                 Vocabulary
+	container, resource string
+}
+
+// note records v's first resource among names in c unless v is already
+// recorded; it returns the new count.
+func note(found *[4]seen, n int, v Vocabulary, c *v1.Container, names []string) int {
+	for _, s := range found[:n] {
+		if s.voc == v {
+			return n
+		}
 	}
-	for i := range pod.Spec.Containers {
-		f(&pod.Spec.Containers[i])
+	if r, ok := firstOf(c, names); ok {
+		found[n] = seen{voc: v, container: c.Name, resource: r}
+		return n + 1
 	}
+	return n
+}
+
+// podNames reports whether any container of the pod names one of names.
+func podNames(pod *v1.Pod, names []string) bool {
+	for _, cs := range [2][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
+		for i := range cs {
+			if _, ok := firstOf(&cs[i], names); ok {
+				return true
+			}
+		}
+	}
+	return false
 }

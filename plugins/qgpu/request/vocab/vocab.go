@@ -83,18 +83,30 @@ const LabelPrefix = "vocabulary.qgpu.io/"
 // Label is the node label that enables v on a node.
 func Label(v Vocabulary) string { return LabelPrefix + string(v) }
 
-// Resources returns the extended resources of v, in a fixed order.
+// Resources returns the extended resources of v, in a fixed order. The
+// slice is shared: callers must not change it.
 func Resources(v Vocabulary) []string {
 	switch v {
 	case VCUDA:
-		return []string{VCUDACore, VCUDAMemory}
+		return vcudaResources
 	case T9k:
-		return []string{T9kGPU, T9kGPUPercent, T9kGPUNode}
+		return t9kResources
 	case HAMi:
-		return []string{HAMiGPU, HAMiMemory, HAMiMemoryPercent, HAMiCores}
+		return hamiResources
 	}
 	return nil
 }
+
+// Package-level so that reading a pod allocates nothing (Parse runs in
+// PreFilter and in the queueing hints).
+var (
+	vcudaResources = []string{VCUDACore, VCUDAMemory}
+	t9kResources   = []string{T9kGPU, T9kGPUPercent, T9kGPUNode}
+	hamiResources  = []string{HAMiGPU, HAMiMemory, HAMiMemoryPercent, HAMiCores}
+	// hamiExtras are HAMi's resources but nvidia.com/gpu, which alone is
+	// HAMi's only when Options.HAMiWholeGPU says so.
+	hamiExtras = []string{HAMiMemory, HAMiMemoryPercent, HAMiCores}
+)
 
 // Advertised returns the resources of v that the agent serves as device
 // plugins, with how many devices each card contributes. The others (memory
