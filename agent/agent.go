@@ -116,6 +116,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	go grants.Run(ctx)
 	alloc := a.allocator(driver, podSource, nodeCfg, grants, delivery)
 	plugins := deviceplugin.NewManager(a.cfg.DevicePluginDir, a.tracker.Cards(), &observed{alloc: alloc, agent: a})
+	plugins.AddVocabularies(a.vocabularies(ctx), a.tracker.Cards(), &observed{alloc: alloc, agent: a})
 	defer plugins.Stop()
 	a.probes.PluginsStarted(plugins)
 

@@ -61,6 +61,8 @@ type Config struct {
 	Sidecars []Sidecar
 	// Started, if set, is called once everything runs, with the metrics address.
 	Started func(metricsAddr net.Addr)
+	// Vocabularies are served on every node besides those its labels enable (vocabularies.go).
+	Vocabularies []string
 }
 
 // NodeState is what a Sidecar may read of the running agent.
@@ -97,5 +99,6 @@ func (c *Config) Validate() error {
 	if c.PriorityPoll < 0 || c.PriorityIdle < 0 {
 		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
 	}
+	errs = append(errs, validateVocabularies(c.Vocabularies)...)
 	return errors.Join(errs...)
 }

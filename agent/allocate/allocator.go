@@ -2,6 +2,7 @@ package allocate
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -28,7 +29,8 @@ type PodSource interface {
 // NodeConfig returns the node's current enforcement backend and policy.
 type NodeConfig func() (enforce.Backend, protocol.Policy, error)
 
-// Allocator answers Allocate calls for all three resources. Calls are
+// Allocator answers Allocate calls for all three resources and the
+// vocabularies' (vocab.go). Calls are
 // serialised: matching reads the store and the answer writes it.
 type Allocator struct {
 	Node   string
@@ -77,11 +79,21 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		return nil, fmt.Errorf("enforcement backend: %w", err)
 	}
 	c, err := a.route(ctx, resource, deviceIDs)
+	if errors.Is(err, ErrNoMatch) && isVocabulary(resource) {
+		// A vocabulary's call is recorded under the native memory resource
+		// (vocab.go), so route's own repeat check cannot see it.
+		if resp, ok, err := a.repeatedVocabulary(ctx, backend, policy, resource, deviceIDs); ok {
+			return resp, err
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	if c.existing != nil {
 		return a.answerAgain(ctx, backend, policy, *c.existing, deviceIDs)
+	}
+	if isVocabulary(resource) {
+		return a.allocateVocabulary(ctx, backend, policy, c.first, resource, deviceIDs)
 	}
 	return a.grantNew(ctx, backend, policy, c.first, resource, deviceIDs)
 }

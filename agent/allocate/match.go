@@ -27,7 +27,7 @@ func Amount(class protocol.Class, c protocol.ContainerAssignment, resource strin
 	case resource == protocol.ResourceCoreGreedy && class == protocol.ClassOffline:
 		return cores
 	}
-	return 0
+	return vocabularyAmount(class, c, resource)
 }
 
 // AssignmentOf returns the pod's scheduler assignment if it is valid and was
@@ -83,10 +83,14 @@ func Match(node string, pods []*v1.Pod, granted Granted, known Known, resource s
 	for _, e := range eligible {
 		for _, c := range containerOrder(e.pod, e.assignment) {
 			amount := Amount(e.assignment.Class, c, resource)
-			if amount == 0 || granted(string(e.pod.UID), c.Name, resource) {
+			if amount == 0 || granted(string(e.pod.UID), c.Name, grantResource(resource)) {
 				continue
 			}
-			if spec := specAmount(e.pod, c.Name, resource); spec != amount {
+			spec := specAmount(e.pod, c.Name, resource)
+			if spec == 0 && (isVocabulary(resource) || namesVocabulary(e.pod, c.Name)) {
+				continue // written in another vocabulary than this call's
+			}
+			if spec != amount {
 				seen = append(seen, fmt.Sprintf("%s/%s/%s assigned %d but its spec asks for %d",
 					e.pod.Namespace, e.pod.Name, c.Name, amount, spec))
 				continue
@@ -180,6 +184,7 @@ func grantCount(e *eligible, granted Granted) (int, int) {
 	g, all := 0, 0
 	for _, c := range containerOrder(e.pod, e.assignment) {
 		for _, r := range protocol.Resources {
+			// A vocabulary container's one call records both of these.
 			if Amount(e.assignment.Class, c, r) == 0 {
 				continue
 			}

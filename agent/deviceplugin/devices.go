@@ -1,6 +1,7 @@
 // Package deviceplugin serves the kubelet device-plugin API (v1beta1) for the
-// three qGPU resources, one gRPC server per resource on a unix socket in the
-// kubelet's device-plugin directory.
+// three qGPU resources and the enabled vocabularies' resources (vocab.go),
+// one gRPC server per resource on a unix socket in the kubelet's
+// device-plugin directory.
 package deviceplugin
 
 import (

@@ -47,7 +47,7 @@ func NewManager(dir string, cards []protocol.Card, alloc Allocator) *Manager {
 // UpdateCards refreshes every plugin's devices (health changes).
 func (m *Manager) UpdateCards(cards []protocol.Card) {
 	for _, p := range m.Plugins {
-		p.SetDevices(Devices(p.Resource, cards))
+		p.SetDevices(devicesFor(p.Resource, cards))
 	}
 }
 

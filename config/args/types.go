@@ -21,11 +21,19 @@ type QGPUArgs struct {
 	// MaxPodsPerCard caps the pods on one card; 0 means Tencent qGPU's rule,
 	// card memory in GiB / 4 (32 GiB → 8).
 	MaxPodsPerCard int32
+	// Vocabularies are the other systems' pod vocabularies every node takes
+	// (vcuda, t9k, hami; docs/vocabularies.md); a node also takes those its
+	// vocabulary.qgpu.io/<name>=enable labels name.
+	Vocabularies []string
+	// VCUDAMemoryUnitMiB is the MiB of one nvidia.com/vcuda-memory unit
+	// (0 or 1: MiB, the default; tkestack gpu-manager counts 256).
+	VCUDAMemoryUnitMiB int64
 }
 
 // DeepCopyObject implements runtime.Object.
 func (a *QGPUArgs) DeepCopyObject() runtime.Object {
 	out := *a
+	out.Vocabularies = append([]string(nil), a.Vocabularies...)
 	return &out
 }
 

@@ -2,6 +2,8 @@ package args
 
 import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request/vocab"
 )
 
 // Policies a profile may name: placement.Policies (a test in plugins/qgpu
@@ -20,6 +22,27 @@ func Validate(path *field.Path, a *QGPUArgs) field.ErrorList {
 	}
 	if a.MaxPodsPerCard < 0 || a.MaxPodsPerCard > 1024 {
 		errs = append(errs, field.Invalid(path.Child("maxPodsPerCard"), a.MaxPodsPerCard, "must be between 0 (card memory in GiB / 4) and 1024"))
+	}
+	return append(errs, validateVocabularies(path, a)...)
+}
+
+// validateVocabularies checks the vocabulary names (each once) and the vcuda
+// memory unit.
+func validateVocabularies(path *field.Path, a *QGPUArgs) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[vocab.Vocabulary]bool{}
+	for i, name := range a.Vocabularies {
+		v, err := vocab.Parse(name)
+		switch {
+		case err != nil:
+			errs = append(errs, field.NotSupported(path.Child("vocabularies").Index(i), name, vocab.Names()))
+		case seen[v]:
+			errs = append(errs, field.Duplicate(path.Child("vocabularies").Index(i), name))
+		}
+		seen[v] = true
+	}
+	if a.VCUDAMemoryUnitMiB < 0 || a.VCUDAMemoryUnitMiB > 1024 {
+		errs = append(errs, field.Invalid(path.Child("vcudaMemoryUnitMiB"), a.VCUDAMemoryUnitMiB, "must be between 1 and 1024 MiB (1, the default: the gpu-admission document's MiB; 256: tkestack gpu-manager's unit)"))
 	}
 	return errs
 }

@@ -41,8 +41,9 @@ func (c *Cluster) checkPods() []Violation {
 				a    *protocol.Assignment
 			}{"grant", p.Grant})
 		}
+		req, problem := c.resolved(p)
 		for _, r := range records {
-			if d := requestProblem(p.req, p.Problem, r.a); d != "" {
+			if d := requestProblem(req, problem, r.a); d != "" {
 				out = append(out, Violation{"RequestMismatch", p.Key(), r.what + ": " + d})
 			}
 			if c.unknown(p.Node) != "" {
@@ -140,4 +141,25 @@ func (c *Cluster) Warnings() []Violation {
 		}
 	}
 	return out
+}
+
+// resolved is the pod's request on its node's cards, as the scheduler
+// resolves a relative one (memory in percent of a card, every card of the
+// node): against the largest card its model filters accept.
+func (c *Cluster) resolved(p Pod) (*request.Request, string) {
+	if p.req == nil || !p.req.Relative() {
+		return p.req, p.Problem
+	}
+	cards := c.facts[p.Node].cards
+	var mem int64
+	for _, card := range cards {
+		if p.req.MatchesModel(card.Model) {
+			mem = max(mem, card.MemoryGiB())
+		}
+	}
+	r, err := p.req.Resolve(mem, len(cards))
+	if err != nil {
+		return nil, err.Error()
+	}
+	return r, p.Problem
 }

@@ -128,7 +128,10 @@ func (c *Cluster) setNode(name string, f nodeFacts) {
 }
 
 func (c *Cluster) addPod(pod *v1.Pod) {
-	req, err := request.Parse(pod)
+	// A pod the scheduler assigned that asks for nvidia.com/gpu alone was
+	// read as HAMi's (the cluster enables HAMi): read it so here too.
+	_, assigned := pod.Annotations[protocol.AnnotationAssignment]
+	req, err := request.ParseWith(pod, request.Options{HAMiWholeGPU: assigned})
 	if req == nil && err == nil {
 		return
 	}

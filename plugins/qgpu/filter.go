@@ -33,6 +33,10 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 		return fwk.AsStatus(err)
 	}
 	name := nodeInfo.Node().Name
+	if reason := p.vocabularyReason(s.req, nodeInfo.Node()); reason != "" {
+		p.rejections.rejected(pointFilter, reason)
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+	}
 	var reason string
 	var alloc [len(protocol.Resources)]int64
 	var node found
@@ -68,12 +72,15 @@ func (p *QGPU) placeAndScore(s *cycleState, node found, nodeInfo fwk.NodeInfo) (
 		if n.Invalid != "" {
 			return invalidReason(n.Invalid)
 		}
-		if reason := placement.Unfit(n.Cards, n.Mixed, s.req); reason != "" {
+		req, reason := s.reqOn(n)
+		if reason != "" {
+			return reason
+		}
+		if reason := placement.Unfit(n.Cards, n.Mixed, req); reason != "" {
 			return reason
 		}
 		var buf [cardBuf]ledger.Card
 		n.Cards = append(buf[:0], n.Cards...)
-		var reason string
 		score, reason = p.evaluate(s, n, nodeInfo)
 		return reason
 	})
@@ -92,8 +99,12 @@ func (p *QGPU) place(s *cycleState, name string, nodeInfo fwk.NodeInfo) (string,
 	if reason := invalidReason(n.Invalid); reason != "" {
 		return reason, n.Allocatable
 	}
+	req, reason := s.reqOn(n)
+	if reason != "" {
+		return reason, n.Allocatable
+	}
 	env := p.env(s, nodeInfo)
-	_, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, &env, choices[:0])
+	_, reason = placement.PlaceIn(n.Cards, n.Mixed, req, p.cardPolicy, &env, choices[:0])
 	return reason, n.Allocatable
 }
 
@@ -113,7 +124,7 @@ func invalidReason(invalid string) string {
 // unschedulableCode tells preemption which failures removing pods can cure.
 func unschedulableCode(reason string) fwk.Code {
 	switch reason {
-	case placement.ReasonNoCards, placement.ReasonNotMixed, placement.ReasonNoModel, ReasonNotQGPUNode, ReasonNoInventory:
+	case placement.ReasonNoCards, placement.ReasonNotMixed, placement.ReasonNoModel, ReasonNotQGPUNode, ReasonNoInventory, ReasonUnresolved:
 		return fwk.UnschedulableAndUnresolvable
 	}
 	return fwk.Unschedulable

@@ -6,6 +6,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request/vocab"
 )
 
 // NodeResourcesFit checks each extended resource a pod asks for on each node
@@ -62,6 +63,11 @@ func takeOverFit(cs fwk.CycleState) (fitRequest, bool) {
 	m := s.GetScalarResources()
 	for i, name := range protocol.Resources {
 		r[i] = m[v1.ResourceName(name)]
+		delete(m, v1.ResourceName(name))
+	}
+	// No node lists these (docs/vocabularies.md#what-the-agent-advertises):
+	// the ledger accounts them.
+	for _, name := range vocab.Unadvertised() {
 		delete(m, v1.ResourceName(name))
 	}
 	return r, true

@@ -45,6 +45,8 @@ type QGPU struct {
 	// rejections and placements are the profile's counters (metrics.go).
 	rejections rejections
 	placements *placementCounters
+	// vocab is the profile's vocabulary settings (vocabulary.go).
+	vocab vocabularies
 }
 
 var (
@@ -75,6 +77,7 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		cardPolicy: placement.Policy(a.CardPolicy),
 		rejections: registered.rejections,
 		placements: newPlacementCounters(placement.Policy(a.NodePolicy), placement.Policy(a.CardPolicy)),
+		vocab:      newVocabularies(a),
 	}
 	if h == nil || h.SharedInformerFactory() == nil {
 		// Unit tests that feed the ledger by hand.
@@ -102,7 +105,7 @@ func (p *QGPU) use(ctx context.Context, s *shared) {
 func decodeArgs(obj runtime.Object) (*args.QGPUArgs, error) {
 	switch a := obj.(type) {
 	case nil:
-		return &args.QGPUArgs{NodePolicy: string(placement.Binpack), CardPolicy: string(placement.Binpack)}, nil
+		return &args.QGPUArgs{NodePolicy: string(placement.Binpack), CardPolicy: string(placement.Binpack), VCUDAMemoryUnitMiB: 1}, nil
 	case *args.QGPUArgs:
 		return a, nil
 	}

@@ -18,7 +18,7 @@ import (
 // PreFilter parses the pod's request once per cycle. Pods without qGPU
 // requests are skipped; a broken request can never fit anywhere.
 func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
-	req, err := request.Parse(pod)
+	req, err := p.parse(pod)
 	if err != nil {
 		p.rejections.rejected(pointPreFilter, reasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
@@ -33,6 +33,9 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	klog.FromContext(ctx).V(5).Info("qGPU request", "pod", klog.KObj(pod), "class", req.Class, "containers", len(req.Containers))
 	p.scores.reset(len(nodes))
 	s := &cycleState{req: req, podCPU: podCPU(pod)}
+	if req.Relative() {
+		s.resolved = &resolved{}
+	}
 	s.fit, s.ownsFit = takeOverFit(cs)
 	cs.Write(stateKey, s)
 	return p.eligibleNodes(req, len(nodes)), nil
@@ -112,11 +115,14 @@ func (p *QGPU) AddPod(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, add fwk
 		return nil
 	}
 	// A nominated pod not yet in the ledger: place it as it would be placed.
-	req, err := request.Parse(pod)
+	req, err := p.parse(pod)
 	if err != nil || req == nil {
 		return nil
 	}
 	n := p.nodeCards(s, node, nil)
+	if req, err = req.Resolve(largestCard(req, n), len(n.Cards)); err != nil {
+		return nil
+	}
 	choices, reason := placement.Place(n.Cards, n.Mixed, req, p.cardPolicy, nil)
 	if reason != "" {
 		return nil

@@ -22,24 +22,29 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		return fwk.AsStatus(err)
 	}
 	var assignment []protocol.ContainerAssignment
+	req := s.req
 	env := p.env(s, p.snapshotNode(nodeName))
 	_, err = p.ledger.Reserve(pod.UID, nodeName, s.req.Class, func(n ledger.Node) ([]protocol.Slice, error) {
 		if n.Invalid != "" {
 			return nil, fmt.Errorf("%s: %s", ReasonNoInventory, n.Invalid)
 		}
-		choices, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, &env, nil)
+		var reason string
+		if req, reason = s.reqOn(n); reason != "" {
+			return nil, fmt.Errorf("%s", reason)
+		}
+		choices, reason := placement.PlaceIn(n.Cards, n.Mixed, req, p.cardPolicy, &env, nil)
 		if reason != "" {
 			return nil, fmt.Errorf("%s", reason)
 		}
-		assignment = placement.Slices(n.Cards, s.req, choices)
-		return holdingOf(nodeName, s.req, assignment).Slices, nil
+		assignment = placement.Slices(n.Cards, req, choices)
+		return holdingOf(nodeName, req, assignment).Slices, nil
 	})
 	if err != nil {
 		p.rejections.rejected(pointReserve, reserveReason(err))
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	s.assignment = assignment
-	p.workload.observe(s.req, s.podCPU)
+	p.workload.observe(req, s.podCPU)
 	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
 }

@@ -33,8 +33,12 @@ func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeIn
 // PlaceIn's reason.
 func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) (int64, string) {
 	var choices [cardBuf]placement.Choice
+	req, reason := s.reqOn(n)
+	if reason != "" {
+		return 0, reason
+	}
 	env := p.env(s, nodeInfo)
-	_, score, reason := placement.Evaluate(n.Cards, n.Mixed, s.req, p.cardPolicy, p.nodePolicy, &env, choices[:0])
+	_, score, reason := placement.Evaluate(n.Cards, n.Mixed, req, p.cardPolicy, p.nodePolicy, &env, choices[:0])
 	if reason != "" {
 		return 0, reason
 	}

@@ -26,6 +26,8 @@ type cycleState struct {
 	deltas map[string][]delta
 	// assignment is what Reserve decided, for PreBind.
 	assignment []protocol.ContainerAssignment
+	// resolved holds req per node shape when req is relative (reqOn); nil otherwise.
+	resolved *resolved
 }
 
 type delta struct {

@@ -33,6 +33,8 @@ type options struct {
 	verbose  bool
 	// colocation runs only the online/offline demo against a running playground.
 	colocation bool
+	// vocabularies are enabled on every node by label (docs/vocabularies.md).
+	vocabularies string
 }
 
 func main() {
@@ -44,6 +46,7 @@ func main() {
 	flag.BoolVar(&o.keep, "keep", false, "stay up until SIGTERM or SIGINT, with the admin kubeconfig at <dir>/kubeconfig")
 	flag.DurationVar(&o.timeout, "timeout", time.Minute, "how long the examples may take to land")
 	flag.BoolVar(&o.verbose, "verbose", false, "show the control plane's progress messages")
+	flag.StringVar(&o.vocabularies, "vocabularies", "", `label every node vocabulary.qgpu.io/<name>=enable for these vocabularies, e.g. "vcuda,t9k,hami" (with --examples manifests/examples/vocabularies)`)
 	flag.BoolVar(&o.colocation, "colocation", false, "only show online/offline at run time on the playground running in --dir (make playground-colocation)")
 	flag.Parse()
 	// The harness links a test package whose init catches SIGINT: handle it here.
@@ -69,6 +72,9 @@ func envOr(key, def string) string {
 func run(ctx context.Context, o options, w io.Writer) (err error) {
 	nodes, err := harness.ParseNodes(o.nodes)
 	if err != nil {
+		return err
+	}
+	if err := labelVocabularies(nodes, o.vocabularies); err != nil {
 		return err
 	}
 	dir, err := prepareDir(o)

@@ -78,6 +78,7 @@ func (o *options) addNodeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddrFile, "metrics-addr-file", "", "write the metrics address the agent bound (host:port) to this file once it runs")
 	fs.DurationVar(&o.HealthInterval, "health-interval", 5*time.Second, "how often card health is queried")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "how often grants are reconciled")
+	fs.StringSliceVar(&o.Vocabularies, "vocabularies", nil, "other systems' pod vocabularies to serve (vcuda, t9k, hami), besides those the node's vocabulary.qgpu.io/<name>=enable labels name at start (docs/vocabularies.md)")
 }
 
 func (o *options) addEnforcementFlags(fs *pflag.FlagSet) {

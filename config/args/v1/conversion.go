@@ -25,11 +25,13 @@ func Convert_v1_QGPUArgs_To_args_QGPUArgs(in *QGPUArgs, out *args.QGPUArgs, _ co
 	d := in.DeepCopyObject().(*QGPUArgs)
 	SetDefaults_QGPUArgs(d)
 	out.NodePolicy, out.CardPolicy, out.MaxPodsPerCard = *d.NodePolicy, *d.CardPolicy, *d.MaxPodsPerCard
+	out.Vocabularies, out.VCUDAMemoryUnitMiB = append([]string(nil), d.Vocabularies...), *d.VCUDAMemoryUnitMiB
 	return nil
 }
 
 // Convert_args_QGPUArgs_To_v1_QGPUArgs converts to the versioned type.
 func Convert_args_QGPUArgs_To_v1_QGPUArgs(in *args.QGPUArgs, out *QGPUArgs, _ conversion.Scope) error { //nolint:revive
 	out.NodePolicy, out.CardPolicy, out.MaxPodsPerCard = ptr(in.NodePolicy), ptr(in.CardPolicy), ptr(in.MaxPodsPerCard)
+	out.Vocabularies, out.VCUDAMemoryUnitMiB = append([]string(nil), in.Vocabularies...), ptr(in.VCUDAMemoryUnitMiB)
 	return nil
 }

@@ -22,9 +22,9 @@ import (
 // its validation, and yields typed, defaulted QGPUArgs.
 func TestProfilesLoad(t *testing.T) {
 	tests := map[string]args.QGPUArgs{
-		"qgpu-scheduler.yaml":        {NodePolicy: "binpack", CardPolicy: "binpack"},
-		"qgpu-scheduler-spread.yaml": {NodePolicy: "spread", CardPolicy: "spread"},
-		"qgpu-scheduler-gang.yaml":   {NodePolicy: "binpack", CardPolicy: "binpack"},
+		"qgpu-scheduler.yaml":        {NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1},
+		"qgpu-scheduler-spread.yaml": {NodePolicy: "spread", CardPolicy: "spread", VCUDAMemoryUnitMiB: 1},
+		"qgpu-scheduler-gang.yaml":   {NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1},
 	}
 	for file, want := range tests {
 		t.Run(file, func(t *testing.T) {
@@ -77,7 +77,7 @@ func TestArgsDefaultsAndStrictness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack"}, *qgpuArgs(t, cfg)); diff != "" {
+	if diff := cmp.Diff(args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1}, *qgpuArgs(t, cfg)); diff != "" {
 		t.Fatal(diff)
 	}
 	_, err = options.LoadConfigFromFile(klog.Background(), write("typo.yaml", "      nodePolicyy: spread\n"))
@@ -91,10 +91,15 @@ func TestValidate(t *testing.T) {
 		args args.QGPUArgs
 		want string
 	}{
-		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "spread"}, ""},
-		{args.QGPUArgs{NodePolicy: "pack", CardPolicy: "spread"}, `args.nodePolicy: Unsupported value: "pack"`},
-		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: ""}, `args.cardPolicy: Unsupported value: ""`},
-		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", MaxPodsPerCard: -1}, "args.maxPodsPerCard: Invalid value: -1"},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "spread", VCUDAMemoryUnitMiB: 1}, ""},
+		{args.QGPUArgs{NodePolicy: "pack", CardPolicy: "spread", VCUDAMemoryUnitMiB: 1}, `args.nodePolicy: Unsupported value: "pack"`},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "", VCUDAMemoryUnitMiB: 1}, `args.cardPolicy: Unsupported value: ""`},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", MaxPodsPerCard: -1, VCUDAMemoryUnitMiB: 1}, "args.maxPodsPerCard: Invalid value: -1"},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 256, Vocabularies: []string{"vcuda", "t9k", "hami"}}, ""},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1, Vocabularies: []string{"volcano"}}, `args.vocabularies[0]: Unsupported value: "volcano"`},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1, Vocabularies: []string{"t9k", "T9k"}}, `args.vocabularies[1]: Duplicate value: "T9k"`},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: -1}, "args.vcudaMemoryUnitMiB: Invalid value: -1"},
+		{args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 2048}, "args.vcudaMemoryUnitMiB: Invalid value: 2048"},
 	}
 	for _, tt := range tests {
 		errs := args.Validate(field.NewPath("args"), &tt.args)

@@ -20,6 +20,11 @@ type QGPUArgs struct {
 	CardPolicy *string `json:"cardPolicy,omitempty"`
 	// MaxPodsPerCard caps the pods on one card; 0 (default) is card GiB / 4.
 	MaxPodsPerCard *int32 `json:"maxPodsPerCard,omitempty"`
+	// Vocabularies every node takes besides qGPU's own: vcuda, t9k, hami
+	// (default none; nodes may enable them by label).
+	Vocabularies []string `json:"vocabularies,omitempty"`
+	// VCUDAMemoryUnitMiB is the MiB of one nvidia.com/vcuda-memory unit (default 1).
+	VCUDAMemoryUnitMiB *int64 `json:"vcudaMemoryUnitMiB,omitempty"`
 }
 
 // DeepCopyObject implements runtime.Object.
@@ -28,6 +33,8 @@ func (a *QGPUArgs) DeepCopyObject() runtime.Object {
 	out.NodePolicy = copyPtr(a.NodePolicy)
 	out.CardPolicy = copyPtr(a.CardPolicy)
 	out.MaxPodsPerCard = copyPtr(a.MaxPodsPerCard)
+	out.Vocabularies = append([]string(nil), a.Vocabularies...)
+	out.VCUDAMemoryUnitMiB = copyPtr(a.VCUDAMemoryUnitMiB)
 	return &out
 }
 
@@ -49,6 +56,9 @@ func SetDefaults_QGPUArgs(a *QGPUArgs) { //nolint:revive // kube naming conventi
 	}
 	if a.MaxPodsPerCard == nil {
 		a.MaxPodsPerCard = ptr[int32](0)
+	}
+	if a.VCUDAMemoryUnitMiB == nil {
+		a.VCUDAMemoryUnitMiB = ptr[int64](1)
 	}
 }
 

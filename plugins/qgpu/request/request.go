@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request/vocab"
 )
 
 // ErrInvalid marks every rejection: a pod that can never be placed as written.
@@ -30,6 +31,15 @@ type Request struct {
 	Containers []Container
 	// UseTypes and NoUseTypes are lower-cased model filters (substring match).
 	UseTypes, NoUseTypes []string
+	// Vocabulary is the system the pod was written for (vocab.Native: qGPU's
+	// own resources); its containers are translated (docs/vocabularies.md).
+	Vocabulary vocab.Vocabulary
+	// NodeExclusive: the pod takes every card of its node, and no other pod
+	// that asks for GPUs may share the node with it (T9k's nvidia-gpu-node).
+	NodeExclusive bool
+	// CoreLimit is the compute ceiling (percent of a card) that shared
+	// containers may burst to above their cores (vcuda-core-limit); 0: none.
+	CoreLimit int64
 }
 
 // Container is one container's slice request.
@@ -47,6 +57,12 @@ type Container struct {
 	// offline container with qgpu-core-greedy 100 also has Cores 100 and shares
 	// its card.
 	Whole bool
+	// MemoryPercent, when > 0, is the memory as a percent of each of the
+	// container's cards; MemoryGiB is 0 until Resolve.
+	MemoryPercent int64
+	// AllCards: the container takes every card of its node; Cards and Cores
+	// are 0 until Resolve.
+	AllCards bool
 }
 
 // PerCardMemoryGiB is the memory the container takes on each of its cards.
@@ -58,7 +74,24 @@ func (c Container) PerCardCores() int64 { return c.Cores / int64(c.Cards) }
 // Parse returns the pod's qGPU request, nil (and no error) when the pod asks
 // for no qGPU resource, or an error wrapping ErrInvalid that names the rule,
 // the field and the value.
+//
+// Pods written for another system (docs/vocabularies.md) are read with the
+// default Options; the scheduler uses ParseWith and its args.
 func Parse(pod *v1.Pod) (*Request, error) {
+	return ParseWith(pod, Options{})
+}
+
+// ParseWith is Parse with the cluster's vocabulary settings. A request of a
+// vocabulary may be Relative (memory in percent of a card, or the whole
+// node): Resolve it against a node's cards before placing it.
+func ParseWith(pod *v1.Pod, opts Options) (*Request, error) {
+	voc, err := vocab.Detect(pod, protocol.Resources[:], opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	if voc != vocab.Native {
+		return parseVocabulary(pod, voc, opts)
+	}
 	asks, err := scanPod(pod)
 	if err != nil || !asks {
 		return nil, err
@@ -72,16 +105,8 @@ func Parse(pod *v1.Pod) (*Request, error) {
 		return nil, err
 	}
 	req := &Request{Class: class}
-	if req.UseTypes, err = modelList(pod, protocol.AnnotationUseGPUType); err != nil {
+	if req.UseTypes, req.NoUseTypes, err = modelFilters(pod); err != nil {
 		return nil, err
-	}
-	if req.NoUseTypes, err = modelList(pod, protocol.AnnotationNoUseGPUType); err != nil {
-		return nil, err
-	}
-	for _, m := range req.UseTypes {
-		if slices.Contains(req.NoUseTypes, m) {
-			return nil, invalidf("annotations %s and %s both name model %q", protocol.AnnotationUseGPUType, protocol.AnnotationNoUseGPUType, m)
-		}
 	}
 	for i := range pod.Spec.Containers {
 		c, ok, err := parseContainer(class, &pod.Spec.Containers[i])
@@ -135,12 +160,16 @@ func checkNoWholeGPU(pod *v1.Pod) error {
 const ResourceWholeGPU v1.ResourceName = "nvidia.com/gpu"
 
 // Asks reports whether any container of the pod, init containers included,
-// names a qGPU resource, valid or not: such a pod holds those resources on
+// names a qGPU resource or one of another vocabulary's (but nvidia.com/gpu
+// alone), valid or not: such a pod holds those resources on
 // its node in kube-scheduler's accounting.
 func Asks(pod *v1.Pod) bool {
 	for _, cs := range [][]v1.Container{pod.Spec.InitContainers, pod.Spec.Containers} {
 		for i := range cs {
 			if _, ok := firstQGPUResource(&cs[i]); ok {
+				return true
+			}
+			if _, ok := firstVocabularyResource(&cs[i]); ok {
 				return true
 			}
 		}
@@ -152,6 +181,23 @@ func firstQGPUResource(c *v1.Container) (string, bool) {
 	for _, name := range protocol.Resources {
 		if _, ok := quantity(c, name); ok {
 			return name, true
+		}
+	}
+	return "", false
+}
+
+// firstVocabularyResource is the first resource of another system's
+// vocabulary that c names. nvidia.com/gpu alone is left out: whether it is
+// HAMi's depends on the cluster's settings (ParseWith).
+func firstVocabularyResource(c *v1.Container) (string, bool) {
+	for _, v := range vocab.All {
+		for _, name := range vocab.Resources(v) {
+			if name == vocab.HAMiGPU {
+				continue
+			}
+			if _, ok := quantity(c, name); ok {
+				return name, true
+			}
 		}
 	}
 	return "", false
@@ -199,6 +245,22 @@ var (
 	maxInt64 = *resource.NewQuantity(math.MaxInt64, resource.DecimalSI)
 	minInt64 = *resource.NewQuantity(math.MinInt64, resource.DecimalSI)
 )
+
+// modelFilters reads use-gputype and nouse-gputype; a model in both is an error.
+func modelFilters(pod *v1.Pod) (use, nouse []string, err error) {
+	if use, err = modelList(pod, protocol.AnnotationUseGPUType); err != nil {
+		return nil, nil, err
+	}
+	if nouse, err = modelList(pod, protocol.AnnotationNoUseGPUType); err != nil {
+		return nil, nil, err
+	}
+	for _, m := range use {
+		if slices.Contains(nouse, m) {
+			return nil, nil, invalidf("annotations %s and %s both name model %q", protocol.AnnotationUseGPUType, protocol.AnnotationNoUseGPUType, m)
+		}
+	}
+	return use, nouse, nil
+}
 
 func modelList(pod *v1.Pod, key string) ([]string, error) {
 	raw, ok := pod.Annotations[key]
