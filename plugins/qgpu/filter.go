@@ -32,6 +32,9 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if s.req.NodeExclusive {
+		return p.filterExclusive(s, nodeInfo)
+	}
 	name := nodeInfo.Node().Name
 	var reason string
 	var alloc [len(protocol.Resources)]int64
@@ -50,6 +53,10 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 		}
 	}
 	if reason != "" {
+		if q := p.quotaReason(s, name, nodeInfo); q != "" {
+			p.rejections.rejected(pointFilter, reasonQuota)
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, q)
+		}
 		p.rejections.rejected(pointFilter, reason)
 		return fwk.NewStatus(unschedulableCode(reason), reason)
 	}

@@ -23,16 +23,19 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	}
 	var assignment []protocol.ContainerAssignment
 	env := p.env(s, p.snapshotNode(nodeName))
-	_, err = p.ledger.Reserve(pod.UID, nodeName, s.req.Class, func(n ledger.Node) ([]protocol.Slice, error) {
+	_, err = p.ledger.ReserveFor(pod.UID, pod.Namespace, nodeName, s.req.Class, func(n ledger.Node) ([]protocol.Slice, error) {
 		if n.Invalid != "" {
 			return nil, fmt.Errorf("%s: %s", ReasonNoInventory, n.Invalid)
 		}
-		choices, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, &env, nil)
-		if reason != "" {
-			return nil, fmt.Errorf("%s", reason)
+		var err error
+		if assignment, err = p.chooseCards(s, n, &env); err != nil {
+			return nil, err
 		}
-		assignment = placement.Slices(n.Cards, s.req, choices)
-		return holdingOf(nodeName, s.req, assignment).Slices, nil
+		slices := holdingOf(nodeName, s.req, assignment).Slices
+		if err := p.quotaReserve(pod, s.req.Class, n.Cards, slices); err != nil {
+			return nil, err
+		}
+		return slices, nil
 	})
 	if err != nil {
 		p.rejections.rejected(pointReserve, reserveReason(err))
@@ -42,6 +45,19 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	p.workload.observe(s.req, s.podCPU)
 	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
+}
+
+// chooseCards places the pod on the node's cards: every card whole for a
+// node-exclusive pod, else by the card policy.
+func (p *QGPU) chooseCards(s *cycleState, n ledger.Node, env *placement.Env) ([]protocol.ContainerAssignment, error) {
+	if s.req.NodeExclusive {
+		return exclusiveAssignment(n.Cards, s.req)
+	}
+	choices, reason := placement.PlaceIn(n.Cards, n.Mixed, s.req, p.cardPolicy, env, nil)
+	if reason != "" {
+		return nil, fmt.Errorf("%s", reason)
+	}
+	return placement.Slices(n.Cards, s.req, choices), nil
 }
 
 // snapshotNode is the cycle's view of the node (its CPU for the policies),

@@ -21,6 +21,10 @@ func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeIn
 	if score, ok := p.scores.get(nodeInfo); ok {
 		return score, nil
 	}
+	if s.req.NodeExclusive {
+		// Every node it may take is empty: nothing to prefer.
+		return 0, nil
+	}
 	var buf [cardBuf]ledger.Card
 	score, _ := p.evaluate(s, p.nodeCards(s, nodeInfo.Node().Name, buf[:0]), nodeInfo)
 	return score, nil

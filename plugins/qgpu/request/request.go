@@ -30,6 +30,9 @@ type Request struct {
 	Containers []Container
 	// UseTypes and NoUseTypes are lower-cased model filters (substring match).
 	UseTypes, NoUseTypes []string
+	// NodeExclusive: the pod takes every card of its node, and no other
+	// pod that asks for GPU shares the node with it (docs/node-exclusive.md).
+	NodeExclusive bool
 }
 
 // Container is one container's slice request.
