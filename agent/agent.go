@@ -29,6 +29,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/pods"
 	"github.com/qgpu-scheduler/qgpu/agent/reconcile"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/agent/xgn"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -180,6 +181,10 @@ func (a *agent) enforcement(ctx context.Context) (*nodeconfig.Config, func(), er
 		stop = mps.Stop
 	}
 	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	if err := xgn.Keep(ctx, a.cfg.Client, a.cfg.NodeName); err != nil {
 		stop()
 		return nil, nil, err
 	}
