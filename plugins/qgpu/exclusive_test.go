@@ -124,3 +124,29 @@ func TestNodeExclusiveHoldsEveryCard(t *testing.T) {
 		t.Fatalf("second node-exclusive pod on n1: %v %q", st.Code(), st.Message())
 	}
 }
+
+// A pod without qGPU requests scheduled by qgpu-scheduler: PreFilter skips
+// it, which skips Filter but not Score or Reserve, and those must let it
+// through (they once failed it with "reading QGPU from cycleState: not
+// found", so such a pod never scheduled on two feasible nodes or on one).
+func TestPodWithoutGPUPassesEveryPoint(t *testing.T) {
+	p := newPlugin(t, nil)
+	n1 := t4Node("n1", 1, false)
+	p.setNodes(n1)
+	pod := &v1.Pod{}
+	pod.Name, pod.Namespace, pod.UID = "cpu", "default", "uid-cpu"
+	pod.Spec.Containers = []v1.Container{{Name: "c"}}
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(context.Background(), cs, pod, nil); st.Code() != fwk.Skip {
+		t.Fatalf("PreFilter: %v, want Skip", st)
+	}
+	if _, st := p.Score(context.Background(), cs, pod, nodeInfo(n1)); !st.IsSuccess() {
+		t.Fatalf("Score: %v", st)
+	}
+	if st := p.Reserve(context.Background(), cs, pod, "n1"); !st.IsSuccess() {
+		t.Fatalf("Reserve: %v", st)
+	}
+	if st := p.Bind(context.Background(), cs, pod, "n1"); st.Code() != fwk.Skip {
+		t.Fatalf("Bind: %v, want Skip (DefaultBinder binds it)", st)
+	}
+}

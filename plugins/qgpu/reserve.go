@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,6 +19,11 @@ import (
 // and records the choice in memory only; PreBind writes it to the API.
 func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
+	if errors.Is(err, fwk.ErrNotFound) {
+		// PreFilter skipped the pod (no qGPU request): the framework skips
+		// Filter then, but not Reserve.
+		return nil
+	}
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
