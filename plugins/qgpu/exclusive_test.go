@@ -8,6 +8,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/test/builders"
 )
 
@@ -114,8 +115,8 @@ func TestNodeExclusiveHoldsEveryCard(t *testing.T) {
 	if node, st := schedule(t, p, small, n1, n2); !st.IsSuccess() || node != "n2" {
 		t.Fatalf("a later pod: %q %v, want n2", node, st)
 	}
-	if _, st := schedule(t, p, builders.GPUPod("more").General("c", 1, 1).Obj(), n1); st.IsSuccess() {
-		t.Fatal("a GPU pod was placed on the node of a node-exclusive pod")
+	if _, st := schedule(t, p, builders.GPUPod("more").General("c", 1, 1).Obj(), n1); st.Code() != fwk.Unschedulable || st.Message() != placement.ReasonCardsFull {
+		t.Fatalf("a GPU pod on the node of a node-exclusive pod: %v %q, want %q", st.Code(), st.Message(), placement.ReasonCardsFull)
 	}
 	// A second node-exclusive pod finds n1 held.
 	other := builders.GPUPod("y").General("c", 1, 1).Obj()
