@@ -48,7 +48,10 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	s.assignment = assignment
-	p.workload.observe(s.req, s.podCPU)
+	if !s.req.NodeExclusive {
+		// A whole node is no shape the policies should learn to leave room for.
+		p.workload.observe(s.req, s.podCPU)
+	}
 	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
 }
