@@ -135,7 +135,7 @@ func ParseConfigMap(cm *v1.ConfigMap) (specs map[string]Spec, errs map[string]er
 		specs[ns] = spec
 	}
 	for ns := range cm.BinaryData {
-		errs[ns] = fmt.Errorf("data[%s]: limits must be under data, not binaryData", ns)
+		errs[ns] = fmt.Errorf("binaryData[%s]: limits must be under data, not binaryData", ns)
 	}
 	return specs, errs
 }

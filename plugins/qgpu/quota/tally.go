@@ -143,8 +143,8 @@ func (t *Tally) releaseLocked(uid types.UID) {
 
 // SetConfigMap takes the limits of the ConfigMap (nil: deleted). A
 // namespace whose entry is broken keeps its last valid limits; a namespace
-// whose entry is gone has none. It returns the entries that are broken now
-// and reports whether any namespace's limits changed.
+// whose entry is gone has none. errs are kept for Rows. It reports whether
+// any namespace's limits changed.
 func (t *Tally) SetConfigMap(specs map[string]Spec, errs map[string]error) (changed bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -153,6 +153,9 @@ func (t *Tally) SetConfigMap(specs map[string]Spec, errs map[string]error) (chan
 		next[ns] = spec
 	}
 	for ns := range errs {
+		if _, valid := next[ns]; valid {
+			continue
+		}
 		if old, ok := t.specs[ns]; ok {
 			next[ns] = old
 		}

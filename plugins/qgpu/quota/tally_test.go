@@ -113,6 +113,13 @@ func TestSetConfigMapKeepsLastValid(t *testing.T) {
 	if len(rows) != 1 || rows[0].Limit.Cores != 100 || invalid["a"] == nil {
 		t.Fatalf("rows %+v invalid %v: want the last valid limit and the error", rows, invalid)
 	}
+	// A valid entry wins over an error for the same key (binaryData).
+	if !tl.SetConfigMap(mustSpec(t, "a", "T4: {cards: 2}"), map[string]error{"a": fmt.Errorf("binaryData[a]")}) {
+		t.Fatal("new valid entry beside an error: want changed")
+	}
+	if rows, _ := tl.Rows(); rows[0].Limit.Cores != 200 {
+		t.Fatalf("limit %+v, want the new valid one", rows[0].Limit)
+	}
 	if !tl.SetConfigMap(map[string]Spec{}, nil) || tl.Limited("a") {
 		t.Fatal("entry removed: want changed and unlimited")
 	}
