@@ -76,7 +76,7 @@ func ParseSpec(namespace, value string) (Spec, error) {
 	}
 	var raw map[string]entry
 	if err := yaml.UnmarshalStrict([]byte(value), &raw); err != nil {
-		return nil, fmt.Errorf("%s: %w", at, err)
+		return nil, fmt.Errorf("%s: value %q: want a map of model to {cards, memoryGiB}: %w", at, clip(value, 80), err)
 	}
 	if len(raw) == 0 {
 		return nil, fmt.Errorf("%s: value %q names no model (want e.g. \"T4: {cards: 2, memoryGiB: 30}\")", at, value)
@@ -148,4 +148,12 @@ func FormatCards(cores int64) string {
 	s := fmt.Sprintf("%d.%02d", cores/protocol.CoresPerCard, cores%protocol.CoresPerCard)
 	s = strings.TrimRight(s, "0")
 	return strings.TrimSuffix(s, ".")
+}
+
+// clip shortens a value quoted in an error.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
 }

@@ -25,9 +25,9 @@ func TestParseSpec(t *testing.T) {
 		{name: "negative memory", ns: "team-a", value: "T4: {memoryGiB: -4}", wantErr: "data[team-a].T4.memoryGiB: value -4 must not be negative"},
 		{name: "fractional memory", ns: "team-a", value: "T4: {memoryGiB: 1.5}", wantErr: "data[team-a]"},
 		{name: "neither", ns: "team-a", value: "T4: {}", wantErr: "data[team-a].T4: sets neither cards nor memoryGiB"},
-		{name: "unknown field", ns: "team-a", value: "T4: {card: 2}", wantErr: `unknown field "card"`},
+		{name: "unknown field", ns: "team-a", value: "T4: {card: 2}", wantErr: `data[team-a]: value "T4: {card: 2}": want a map of model to {cards, memoryGiB}: error unmarshaling JSON: while decoding JSON: json: unknown field "card"`},
 		{name: "empty", ns: "team-a", value: "", wantErr: `data[team-a]: value "" names no model`},
-		{name: "not a map", ns: "team-a", value: "2", wantErr: "data[team-a]"},
+		{name: "not a map", ns: "team-a", value: "2", wantErr: `data[team-a]: value "2": want a map of model to {cards, memoryGiB}`},
 		{name: "key not a namespace", ns: "Team_A", value: "T4: {cards: 1}", wantErr: `data[Team_A]: key "Team_A" is not a namespace name`},
 		{name: "comma in model", ns: "a", value: `"T4,A10": {cards: 1}`, wantErr: `data[a].T4,A10: model key "T4,A10"`},
 	}
