@@ -45,6 +45,14 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	} else {
 		reason, alloc = p.place(s, name, nodeInfo)
 	}
+	// Only a placement refusal can be the quota's: the sums below are the node's.
+	if reason != "" && s.quota != nil {
+		var byQuota bool
+		if reason, byQuota = p.quotaReason(s, name, nodeInfo, reason); byQuota {
+			p.rejections.rejected(pointFilter, reasonQuota)
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+		}
+	}
 	if reason == "" && s.ownsFit && s.fit != (fitRequest{}) {
 		var unresolvable bool
 		if reason, unresolvable = s.fit.check(node.requested(nodeInfo), alloc); unresolvable {
@@ -53,10 +61,6 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 		}
 	}
 	if reason != "" {
-		if q := p.quotaReason(s, name, nodeInfo); q != "" {
-			p.rejections.rejected(pointFilter, reasonQuota)
-			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, q)
-		}
 		p.rejections.rejected(pointFilter, reason)
 		return fwk.NewStatus(unschedulableCode(reason), reason)
 	}

@@ -64,35 +64,35 @@ func (p *QGPU) quotaPreFilter(pod *v1.Pod, req *request.Request) (*request.Reque
 	return &narrowed, &quotaCycle{original: req, exceeded: exceeded}, nil
 }
 
-// quotaReason is Filter's reason for a node the pod does not fit: the
-// limit that keeps it off the node's cards when the pod's own request would
-// fit them, else "" (the node's own reason stands). Each limit's reason is
-// the same on every node, so kube-scheduler's summary counts nodes per
-// limit.
-func (p *QGPU) quotaReason(s *cycleState, name string, nodeInfo fwk.NodeInfo) string {
-	if s.quota == nil {
-		return ""
-	}
+// quotaReason is Filter's reason for a node the cycle's request (without
+// the models over quota) does not fit. When the pod's own request would fit
+// the node, on a card of a model over quota, it is that limit's reason
+// (byQuota); when the pod's own request does not fit either, it is the
+// node's reason for that request, so that a pod too big for a card is not
+// told that no card of its model exists; else reason as given. Each limit's
+// reason is the same on every node, so kube-scheduler's summary counts
+// nodes per limit.
+func (p *QGPU) quotaReason(s *cycleState, name string, nodeInfo fwk.NodeInfo, reason string) (_ string, byQuota bool) {
 	var buf [cardBuf]ledger.Card
 	var choices [cardBuf]placement.Choice
 	n := p.nodeCards(s, name, buf[:0])
 	if n.Invalid != "" {
-		return ""
+		return reason, false
 	}
 	env := p.env(s, nodeInfo)
-	chosen, reason := placement.PlaceIn(n.Cards, n.Mixed, s.quota.original, p.cardPolicy, &env, choices[:0])
-	if reason != "" {
-		return ""
+	chosen, own := placement.PlaceIn(n.Cards, n.Mixed, s.quota.original, p.cardPolicy, &env, choices[:0])
+	if own != "" {
+		return own, false
 	}
 	for _, c := range chosen {
 		model := n.Cards[c.Card].Model
 		for _, e := range s.quota.exceeded {
 			if e.Limit.Matches(model) {
-				return e.Error()
+				return e.Error(), true
 			}
 		}
 	}
-	return ""
+	return reason, false
 }
 
 // quotaReserve checks the chosen slices against the namespace's limits

@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/quota"
 	"github.com/qgpu-scheduler/qgpu/test/builders"
 )
@@ -191,4 +192,36 @@ func TestQuotaWatchesConfigMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return !p.shared.quota.Limited("a") })
+}
+
+// A node the pod does not fit for its own reasons keeps that reason, even
+// when the namespace is over quota on its model: the quota's reason is
+// only for nodes where the quota alone keeps the pod off.
+func TestQuotaReasonOnlyWhereQuotaDecides(t *testing.T) {
+	p := newPlugin(t, nil)
+	t4, v100 := t4Node("t4", 1, false), v100Node("v100", 1, false)
+	p.setNodes(t4, v100)
+	p.shared.quotaChanged(context.Background(), p.handle, quotaConfigMap(map[string]string{"a": "T4: {cards: 0}"}))
+	cases := []struct {
+		name string
+		pod  *v1.Pod
+		node *v1.Node
+		want string
+	}{
+		{"quota alone", builders.GPUPod("small").Namespace("a").General("c", 2, 10).Obj(), t4,
+			`namespace "a" is over its qGPU quota for model "T4": cards used 0 + asked 0.1 > limit 0`},
+		{"too big for the card anyway", builders.GPUPod("big").Namespace("a").General("c", 20, 10).Obj(), t4, placement.ReasonCardsFull},
+		{"another model's node", builders.GPUPod("big2").Namespace("a").General("c", 40, 10).Obj(), v100, placement.ReasonCardsFull},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cs := framework.NewCycleState()
+			if _, st := p.PreFilter(context.Background(), cs, c.pod, nil); !st.IsSuccess() {
+				t.Fatalf("PreFilter: %v", st)
+			}
+			if st := p.Filter(context.Background(), cs, c.pod, nodeInfo(c.node)); st.Message() != c.want {
+				t.Fatalf("Filter: %v %q, want %q", st.Code(), st.Message(), c.want)
+			}
+		})
+	}
 }
