@@ -140,8 +140,9 @@ func (s *shared) watchQuota(ctx context.Context, h framework.Handle) (cache.Info
 }
 
 // quotaChanged takes the ConfigMap's limits (nil: deleted). A broken entry
-// keeps its namespace's last valid limits and is reported, naming the field
-// and the value, in the log and as an event on the ConfigMap. When limits
+// keeps its namespace's last valid limits (or, with none, closes the
+// namespace: quota.Tally) and is reported, naming the field and the value,
+// in the log and as an event on the ConfigMap. When limits
 // changed, the pods waiting for room are retried.
 func (s *shared) quotaChanged(ctx context.Context, h framework.Handle, cm *v1.ConfigMap) {
 	logger := klog.FromContext(ctx)

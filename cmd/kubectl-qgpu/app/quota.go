@@ -35,7 +35,8 @@ type QuotaUsage struct {
 	MemoryGiBUsed  int64  `json:"memoryGiBUsed"`
 	MemoryGiBLimit *int64 `json:"memoryGiBLimit,omitempty"`
 	// Invalid is why the namespace's entry was refused; the scheduler keeps
-	// its last valid limits, which this command cannot know.
+	// its last valid limits, which this command cannot know, or closes the
+	// namespace when it knows none (docs/quota.md).
 	Invalid string `json:"invalid,omitempty"`
 }
 
@@ -187,7 +188,7 @@ func quotaTable(l *QuotaUsageList) *metav1.Table {
 	}}
 	for _, q := range l.Items {
 		if q.Invalid != "" {
-			t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{q.Namespace, "-", "-", "-", "INVALID (last valid limits apply): " + q.Invalid}})
+			t.Rows = append(t.Rows, metav1.TableRow{Cells: []any{q.Namespace, "-", "-", "-", "INVALID (scheduler keeps the last valid limits, or closes the namespace): " + q.Invalid}})
 			continue
 		}
 		cards, mem := quota.FormatCards(q.CoresUsed)+"/-", fmt.Sprintf("%d/-", q.MemoryGiBUsed)

@@ -46,7 +46,7 @@ NAMESPACE   MODEL   CARDS   MEMORY(GIB)   STATUS
 team-a      T4      0.1/0.1 4/10          full
 team-a      V100    0/1     0/-           ok
 team-b      *       0.2/-   8/6           over
-team-c      -       -       -             INVALID (last valid limits apply): data[team-c].T4.cards: value -1 must be a number of cards between 0 and 1099511627776 with at most two decimals
+team-c      -       -       -             INVALID (scheduler keeps the last valid limits, or closes the namespace): data[team-c].T4.cards: value -1 must be a number of cards between 0 and 1099511627776 with at most two decimals
 `},
 	}
 	for _, c := range cases {

@@ -61,11 +61,17 @@ type Exceeded struct {
 	// Used, Asked and Max are in the resource's unit (hundredths of a card
 	// for cards).
 	Used, Asked, Max int64
+	// Invalid is set, with Limit AnyModel, for a namespace whose entry was
+	// refused and that has no earlier valid limits: closed until fixed.
+	Invalid error
 }
 
 // Error is the reason a pod stays Pending: it names the namespace, the
 // model, what is used, what the pod asks and the limit.
 func (e Exceeded) Error() string {
+	if e.Invalid != nil {
+		return fmt.Sprintf("namespace %q has no valid qGPU quota (its entry was refused and no earlier valid one is known): %v", e.Namespace, e.Invalid)
+	}
 	if e.Resource == "cards" {
 		return fmt.Sprintf("namespace %q is over its qGPU quota for model %q: cards used %s + asked %s > limit %s",
 			e.Namespace, e.Limit.Model, FormatCards(e.Used), FormatCards(e.Asked), FormatCards(e.Max))
@@ -181,7 +187,19 @@ func specEqual(a, b Spec) bool {
 func (t *Tally) Limited(namespace string) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return len(t.specs[namespace]) > 0
+	return len(t.specs[namespace]) > 0 || t.invalid[namespace] != nil
+}
+
+// closedLocked is the refusal of a namespace whose entry is invalid and
+// that has no earlier valid limits (after a restart, or a first entry with
+// a typo): a quota fails closed, as its author meant to limit the
+// namespace. nil otherwise. The caller holds t.mu.
+func (t *Tally) closedLocked(namespace string) []Exceeded {
+	err := t.invalid[namespace]
+	if err == nil || len(t.specs[namespace]) > 0 {
+		return nil
+	}
+	return []Exceeded{{Namespace: namespace, Limit: Limit{Model: AnyModel}, Resource: "invalid", Invalid: err}}
 }
 
 // Check returns the limits of the namespace that ask would break on a card
@@ -190,6 +208,9 @@ func (t *Tally) Limited(namespace string) bool {
 func (t *Tally) Check(namespace string, ask Use) []Exceeded {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if closed := t.closedLocked(namespace); closed != nil {
+		return closed
+	}
 	var out []Exceeded
 	for _, l := range t.specs[namespace] {
 		out = append(out, t.exceeds(namespace, l, ask)...)
@@ -202,6 +223,9 @@ func (t *Tally) Check(namespace string, ask Use) []Exceeded {
 func (t *Tally) CheckSlices(namespace string, uses []SliceUse) []Exceeded {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	if closed := t.closedLocked(namespace); closed != nil {
+		return closed
+	}
 	var out []Exceeded
 	for _, l := range t.specs[namespace] {
 		var ask Use

@@ -125,6 +125,33 @@ func TestSetConfigMapKeepsLastValid(t *testing.T) {
 	}
 }
 
+// A namespace whose first entry is broken (or whose earlier valid one was
+// lost with a restart) is closed until the entry is fixed, with a reason
+// that names the entry's error.
+func TestBrokenFirstEntryFailsClosed(t *testing.T) {
+	tl := NewTally()
+	tl.SetConfigMap(nil, map[string]error{"a": fmt.Errorf("data[a].T4.cards: value -1 must be ...")})
+	if !tl.Limited("a") {
+		t.Fatal("a namespace with a broken entry must be limited")
+	}
+	want := `namespace "a" has no valid qGPU quota (its entry was refused and no earlier valid one is known): data[a].T4.cards: value -1 must be ...`
+	for name, ex := range map[string][]Exceeded{
+		"Check":       tl.Check("a", Use{Cores: 1, MemoryGiB: 1}),
+		"CheckSlices": tl.CheckSlices("a", []SliceUse{{Model: "Tesla-T4", Use: Use{Cores: 1}}}),
+	} {
+		if len(ex) != 1 || ex[0].Error() != want || ex[0].Limit.Model != AnyModel {
+			t.Errorf("%s: %+v, want one refusal on every model: %s", name, ex, want)
+		}
+	}
+	if tl.Limited("b") || len(tl.Check("b", Use{Cores: 100})) != 0 {
+		t.Error("another namespace must stay unlimited")
+	}
+	tl.SetConfigMap(mustSpec(t, "a", "T4: {cards: 1}"), nil)
+	if ex := tl.Check("a", Use{Cores: 1, MemoryGiB: 1}); len(ex) != 0 {
+		t.Errorf("after the entry was fixed: %+v", ex)
+	}
+}
+
 func TestAskAndHoldingUseAgree(t *testing.T) {
 	cases := []struct {
 		name   string
