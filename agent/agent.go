@@ -167,8 +167,9 @@ func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nod
 	return alloc
 }
 
-// enforcement watches the Node's policy and backend labels and, for the
-// mps backend, starts the per-card control daemons; the returned function
+// enforcement watches the Node's policy and backend labels, keeps the xgn
+// taint its node-alloc-mode label asks for (agent/xgn) and, for the mps
+// backend, starts the per-card control daemons; the returned function
 // stops them.
 func (a *agent) enforcement(ctx context.Context) (*nodeconfig.Config, func(), error) {
 	mps := a.mpsDaemons(ctx)
