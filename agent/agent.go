@@ -29,6 +29,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/pods"
 	"github.com/qgpu-scheduler/qgpu/agent/reconcile"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/agent/xgn"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -172,13 +173,17 @@ func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nod
 	return alloc
 }
 
-// enforcement watches the Node's policy and backend labels; the backends
+// enforcement watches the Node's policy and backend labels and keeps the
+// xgn taint its node-alloc-mode label asks for (agent/xgn); the backends
 // answer through delivery (--device-list-strategy).
 func (a *agent) enforcement(ctx context.Context, delivery *enforce.Delivery) (*nodeconfig.Config, error) {
 	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
 		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, Delivery: delivery, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
 			LibName: a.cfg.HAMiLibName, RegionRoot: a.cfg.HAMiRegionRoot, LockDir: a.cfg.HAMiLockDir}}}
 	if err := nodeCfg.Watch(ctx, a.cfg.Client); err != nil {
+		return nil, err
+	}
+	if err := xgn.Keep(ctx, a.cfg.Client, a.cfg.NodeName); err != nil {
 		return nil, err
 	}
 	if b, policy, err := nodeCfg.Current(); err != nil {

@@ -32,11 +32,14 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
-	name := nodeInfo.Node().Name
 	if reason := p.vocabularyReason(s.req, nodeInfo.Node()); reason != "" {
 		p.rejections.rejected(pointFilter, reason)
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 	}
+	if s.req.NodeExclusive {
+		return p.filterExclusive(s, nodeInfo)
+	}
+	name := nodeInfo.Node().Name
 	var reason string
 	var alloc [len(protocol.Resources)]int64
 	var node found
@@ -45,6 +48,14 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 		reason, alloc = p.placeAndScore(s, node, nodeInfo)
 	} else {
 		reason, alloc = p.place(s, name, nodeInfo)
+	}
+	// Only a placement refusal can be the quota's: the sums below are the node's.
+	if reason != "" && s.quota != nil {
+		var byQuota bool
+		if reason, byQuota = p.quotaReason(s, name, nodeInfo, reason); byQuota {
+			p.rejections.rejected(pointFilter, reasonQuota)
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
+		}
 	}
 	if reason == "" && s.ownsFit && s.fit != (fitRequest{}) {
 		var unresolvable bool

@@ -11,6 +11,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/quota"
 )
 
 // The scheduler's qGPU metrics (docs/metrics.md), registered in
@@ -33,6 +34,9 @@ const (
 	// reasonOther counts a reason missing from rejectionReasons (a bug:
 	// every reason the plugin reports is constant).
 	reasonOther = "other"
+	// reasonQuota counts pods kept off cards by their namespace's qGPU
+	// quota (the event's reason names the namespace, model, use and limit).
+	reasonQuota = "namespace over its qGPU quota"
 )
 
 var (
@@ -51,7 +55,8 @@ var (
 // rejectionReasons are every reason Filter and Reserve report.
 func rejectionReasons() []string {
 	r := []string{placement.ReasonNoCards, placement.ReasonNotMixed, placement.ReasonNoModel, placement.ReasonCardsFull,
-		placement.ReasonWholeCards, placement.ReasonClassOnCard, ReasonNotQGPUNode, ReasonNoInventory, ledger.ErrNoFit.Error(), reasonOther}
+		placement.ReasonWholeCards, placement.ReasonClassOnCard, ReasonNotQGPUNode, ReasonNoInventory, ledger.ErrNoFit.Error(), reasonQuota,
+		ReasonNodeNotEmpty, reasonOther}
 	return append(r, insufficient[:]...)
 }
 
@@ -73,7 +78,7 @@ func registerMetrics() {
 		legacyregistry.CustomMustRegister(registered.pools)
 		registered.rejections = rejections{}
 		for point, reasons := range map[string][]string{
-			pointPreFilter: {reasonInvalidRequest, reasonOther},
+			pointPreFilter: {reasonInvalidRequest, reasonQuota, reasonOther},
 			pointFilter:    rejectionReasons(),
 			pointReserve:   rejectionReasons(),
 		} {
@@ -103,6 +108,8 @@ func reserveReason(err error) string {
 		return ledger.ErrNoFit.Error()
 	case strings.HasPrefix(msg, ReasonNoInventory):
 		return ReasonNoInventory
+	case errors.As(err, new(quota.Exceeded)):
+		return reasonQuota
 	}
 	return msg
 }

@@ -31,8 +31,12 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return nil, fwk.AsStatus(ctx.Err())
 	}
 	klog.FromContext(ctx).V(5).Info("qGPU request", "pod", klog.KObj(pod), "class", req.Class, "containers", len(req.Containers))
+	req, q, st := p.quotaPreFilter(pod, req)
+	if st != nil {
+		return nil, st
+	}
 	p.scores.reset(len(nodes))
-	s := &cycleState{req: req, podCPU: podCPU(pod)}
+	s := &cycleState{req: req, podCPU: podCPU(pod), quota: q}
 	if req.Relative() {
 		s.resolved = &resolved{}
 	}
@@ -117,6 +121,12 @@ func (p *QGPU) AddPod(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, add fwk
 	// A nominated pod not yet in the ledger: place it as it would be placed.
 	req, err := p.parse(pod)
 	if err != nil || req == nil {
+		return nil
+	}
+	if req.NodeExclusive {
+		if slices, reason := exclusiveSlices(p.nodeCards(s, node, nil).Cards); reason == "" {
+			s.addDelta(node, ledger.Holding{Node: node, Class: req.Class, Slices: slices}, 1)
+		}
 		return nil
 	}
 	n := p.nodeCards(s, node, nil)

@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
@@ -18,13 +19,18 @@ import (
 // and records the choice in memory only; PreBind writes it to the API.
 func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
+	if errors.Is(err, fwk.ErrNotFound) {
+		// PreFilter skipped the pod (no qGPU request): the framework skips
+		// Filter then, but not Reserve.
+		return nil
+	}
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
 	var assignment []protocol.ContainerAssignment
 	req := s.req
 	env := p.env(s, p.snapshotNode(nodeName))
-	_, err = p.ledger.Reserve(pod.UID, nodeName, s.req.Class, func(n ledger.Node) ([]protocol.Slice, error) {
+	_, err = p.ledger.ReserveFor(pod.UID, pod.Namespace, nodeName, s.req.Class, func(n ledger.Node) ([]protocol.Slice, error) {
 		if n.Invalid != "" {
 			return nil, fmt.Errorf("%s: %s", ReasonNoInventory, n.Invalid)
 		}
@@ -32,21 +38,40 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		if req, reason = s.reqOn(n); reason != "" {
 			return nil, fmt.Errorf("%s", reason)
 		}
-		choices, reason := placement.PlaceIn(n.Cards, n.Mixed, req, p.cardPolicy, &env, nil)
-		if reason != "" {
-			return nil, fmt.Errorf("%s", reason)
+		var err error
+		if assignment, err = p.chooseCards(req, n, &env); err != nil {
+			return nil, err
 		}
-		assignment = placement.Slices(n.Cards, req, choices)
-		return holdingOf(nodeName, req, assignment).Slices, nil
+		slices := holdingOf(nodeName, req, assignment).Slices
+		if err := p.quotaReserve(pod, req.Class, n.Cards, slices); err != nil {
+			return nil, err
+		}
+		return slices, nil
 	})
 	if err != nil {
 		p.rejections.rejected(pointReserve, reserveReason(err))
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	s.assignment = assignment
-	p.workload.observe(req, s.podCPU)
+	if !req.NodeExclusive {
+		// A whole node is no shape the policies should learn to leave room for.
+		p.workload.observe(req, s.podCPU)
+	}
 	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
+}
+
+// chooseCards places the pod on the node's cards: every card whole for a
+// node-exclusive pod, else by the card policy.
+func (p *QGPU) chooseCards(req *request.Request, n ledger.Node, env *placement.Env) ([]protocol.ContainerAssignment, error) {
+	if req.NodeExclusive {
+		return exclusiveAssignment(n.Cards, req)
+	}
+	choices, reason := placement.PlaceIn(n.Cards, n.Mixed, req, p.cardPolicy, env, nil)
+	if reason != "" {
+		return nil, fmt.Errorf("%s", reason)
+	}
+	return placement.Slices(n.Cards, req, choices), nil
 }
 
 // snapshotNode is the cycle's view of the node (its CPU for the policies),

@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	"context"
+	"errors"
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -15,11 +16,20 @@ import (
 // otherwise it places the pod on a copy of the node's cards and scores that.
 func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(cs)
+	if errors.Is(err, fwk.ErrNotFound) {
+		// PreFilter skipped the pod (no qGPU request); without a PreScore
+		// that says so, the framework still scores it.
+		return 0, nil
+	}
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
 	if score, ok := p.scores.get(nodeInfo); ok {
 		return score, nil
+	}
+	if s.req.NodeExclusive {
+		// Every node it may take is empty: nothing to prefer.
+		return 0, nil
 	}
 	var buf [cardBuf]ledger.Card
 	score, _ := p.evaluate(s, p.nodeCards(s, nodeInfo.Node().Name, buf[:0]), nodeInfo)

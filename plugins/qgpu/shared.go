@@ -14,6 +14,7 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/config/args"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/quota"
 )
 
 // shared is what every profile of one scheduler process that enables QGPU
@@ -27,7 +28,9 @@ type shared struct {
 	ledger   *ledger.Ledger
 	workload *workloadLearner
 	waiting  *waitingPods
-	synced   []cache.InformerSynced
+	// quota is the namespaces' limits and use, fed by the ledger (quota.go).
+	quota  *quota.Tally
+	synced []cache.InformerSynced
 	// maxPodsPerCard is the rule the ledger was built with; every profile
 	// must agree on it.
 	maxPodsPerCard int32
@@ -62,19 +65,27 @@ func sharedFor(ctx context.Context, h framework.Handle, a *args.QGPUArgs, path *
 	if err := s.watch(ctx, h); err != nil {
 		return nil, err
 	}
+	quotaSynced, err := s.watchQuota(ctx, h)
+	if err != nil {
+		return nil, err
+	}
+	s.synced = append(s.synced, quotaSynced)
 	processState.byFactory[f] = s
 	context.AfterFunc(ctx, s.leave)
 	return s, nil
 }
 
 func newShared(a *args.QGPUArgs, activate func(klog.Logger, map[string]*v1.Pod)) *shared {
-	return &shared{
+	s := &shared{
 		ledger:         ledger.New(int(a.MaxPodsPerCard)),
 		workload:       newWorkloadLearner(),
 		waiting:        newWaitingPods(activate),
+		quota:          quota.NewTally(),
 		maxPodsPerCard: a.MaxPodsPerCard,
 		profiles:       1,
 	}
+	s.ledger.SetWatcher(quota.Feed{Tally: s.quota})
+	return s
 }
 
 // leave drops the state once no profile uses it (a test that starts many

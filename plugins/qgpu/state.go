@@ -24,6 +24,9 @@ type cycleState struct {
 	// deltas are the pods that preemption simulates as added (+1) or removed
 	// (-1), per node. Set only on the clones the preemption evaluator makes.
 	deltas map[string][]delta
+	// quota is set when the namespace's quota keeps the pod off some
+	// models (quota.go); req then leaves them out.
+	quota *quotaCycle
 	// assignment is what Reserve decided, for PreBind.
 	assignment []protocol.ContainerAssignment
 	// resolved holds req per node shape when req is relative (reqOn); nil otherwise.

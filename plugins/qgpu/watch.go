@@ -136,7 +136,7 @@ func (s *shared) observePod(ctx context.Context, pod *v1.Pod) {
 		klog.FromContext(ctx).V(4).Info("ignoring qGPU assignment", "pod", klog.KObj(pod), "err", err)
 		return
 	}
-	h := ledger.Holding{Node: a.Node, Class: a.Class}
+	h := ledger.Holding{Node: a.Node, Class: a.Class, Namespace: pod.Namespace}
 	for _, c := range a.Containers {
 		h.Slices = append(h.Slices, c.Slices...)
 	}

@@ -31,7 +31,7 @@ type options struct {
 	client func() (kubernetes.Interface, error)
 }
 
-// NewCommand is `kubectl qgpu` with its subcommands: nodes, pods, check, version.
+// NewCommand is `kubectl qgpu` with its subcommands: nodes, pods, check, quota, version.
 func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 	cmd, _ := newCommand(streams)
 	return cmd
@@ -55,7 +55,7 @@ func newCommand(streams genericiooptions.IOStreams) (*cobra.Command, *options) {
 	root.PersistentFlags().StringVar(&o.schedulerConfig, "scheduler-config", DefaultSchedulerConfig,
 		"namespace/name of the ConfigMap holding the scheduler's configuration (key config.yaml), for its maxPodsPerCard")
 	root.PersistentFlags().StringVar(&o.node, "node", "", "nodes, pods: show this node only")
-	root.AddCommand(newNodesCommand(o), newPodsCommand(o), newCheckCommand(o), &cobra.Command{
+	root.AddCommand(newNodesCommand(o), newPodsCommand(o), newCheckCommand(o), newQuotaCommand(o), &cobra.Command{
 		Use: "version", Short: "Print the version",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

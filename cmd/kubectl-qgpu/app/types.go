@@ -101,7 +101,7 @@ type Slice struct {
 // Scheme knows the output kinds, for the printers' type setter.
 var Scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	s.AddKnownTypes(GroupVersion, &NodeCardsList{}, &PodSlicesList{})
+	s.AddKnownTypes(GroupVersion, &NodeCardsList{}, &PodSlicesList{}, &QuotaUsageList{})
 	return s
 }()
 

@@ -85,6 +85,8 @@ func (c *Card) add(class protocol.Class, memoryGiB, cores int64, sign, pods int)
 type Holding struct {
 	Node  string
 	Class protocol.Class
+	// Namespace is the pod's, for the per-namespace quota (Watcher).
+	Namespace string
 	// Slices are all the pod's slices, over all its containers.
 	Slices []protocol.Slice
 	// Bound is set once the informer saw the pod bound to Node with this

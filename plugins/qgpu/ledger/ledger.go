@@ -49,6 +49,37 @@ type Ledger struct {
 	// maxPods overrides DefaultMaxPods when > 0.
 	maxPods  int
 	eligible eligibility
+	// watcher is told of every holding recorded or dropped (SetWatcher).
+	watcher Watcher
+}
+
+// Watcher is told of every change of the holdings, under the ledger's lock
+// and in the order of the changes, so that a tally it keeps (the
+// per-namespace quota) counts exactly what the ledger holds. Held replaces
+// what the pod held before; models[i] is the model of the card of
+// h.Slices[i] ("" for a card the node no longer has). A Watcher must not
+// call the ledger.
+type Watcher interface {
+	Held(uid types.UID, h Holding, models []string)
+	Released(uid types.UID)
+}
+
+// SetWatcher sets the ledger's watcher; call it before the ledger is used.
+func (l *Ledger) SetWatcher(w Watcher) { l.watcher = w }
+
+// held tells the watcher of h on the node's cards; the caller holds l.mu
+// and the node's lock.
+func (l *Ledger) held(uid types.UID, n *nodeState, h *Holding) {
+	if l.watcher == nil {
+		return
+	}
+	models := make([]string, len(h.Slices))
+	for i, s := range h.Slices {
+		if c := cardOf(n.node.Cards, s); c >= 0 {
+			models[i] = n.node.Cards[c].Model
+		}
+	}
+	l.watcher.Held(uid, *h.clone(), models)
 }
 
 // New returns an empty ledger; maxPodsPerCard ≤ 0 means memory / 4 per card
@@ -197,6 +228,11 @@ func (r Ref) Read(read func(Node) string) string {
 // node's lock on a copy of its cards and returns the slices, which are then
 // checked against the rules once more before they are recorded.
 func (l *Ledger) Reserve(uid types.UID, node string, class protocol.Class, choose func(Node) ([]protocol.Slice, error)) ([]protocol.Slice, error) {
+	return l.ReserveFor(uid, "", node, class, choose)
+}
+
+// ReserveFor is Reserve for a pod of the namespace (the holding's Namespace).
+func (l *Ledger) ReserveFor(uid types.UID, namespace, node string, class protocol.Class, choose func(Node) ([]protocol.Slice, error)) ([]protocol.Slice, error) {
 	n := l.state(node, true)
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -209,7 +245,7 @@ func (l *Ledger) Reserve(uid types.UID, node string, class protocol.Class, choos
 	if err != nil {
 		return nil, err
 	}
-	h := &Holding{Node: node, Class: class, Slices: slices}
+	h := &Holding{Node: node, Class: class, Namespace: namespace, Slices: slices}
 	if !h.FitsOn(n.node.Cards) {
 		return nil, ErrNoFit
 	}
@@ -271,6 +307,7 @@ func (l *Ledger) observeOn(uid types.UID, bound *Holding) (changed, settled bool
 		return false, false
 	}
 	l.holders[uid] = bound
+	l.held(uid, n, bound)
 	l.mu.Unlock()
 	n.pods[uid] = bound
 	cur.ApplyTo(n.node.Cards, -1)
@@ -289,6 +326,7 @@ func (l *Ledger) record(uid types.UID, n *nodeState, h *Holding) *Holding {
 		return cur
 	}
 	l.holders[uid] = h
+	l.held(uid, n, h)
 	l.mu.Unlock()
 	n.pods[uid] = h
 	h.ApplyTo(n.node.Cards, 1)
@@ -325,6 +363,9 @@ func (l *Ledger) drop(uid types.UID, which func(*Holding) bool) bool {
 		return false
 	}
 	delete(l.holders, uid)
+	if l.watcher != nil {
+		l.watcher.Released(uid)
+	}
 	l.mu.Unlock()
 	delete(n.pods, uid)
 	h.ApplyTo(n.node.Cards, -1)

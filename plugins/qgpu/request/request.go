@@ -35,7 +35,8 @@ type Request struct {
 	// own resources); its containers are translated (docs/vocabularies.md).
 	Vocabulary vocab.Vocabulary
 	// NodeExclusive: the pod takes every card of its node, and no other pod
-	// that asks for GPUs may share the node with it (T9k's nvidia-gpu-node).
+	// that asks for GPUs may share the node with it (T9k's nvidia-gpu-node;
+	// docs/node-exclusive.md).
 	NodeExclusive bool
 	// CoreLimit is the compute ceiling (percent of a card) that shared
 	// containers may burst to above their cores (vcuda-core-limit); 0: none.
