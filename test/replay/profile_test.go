@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/test/replay/sim"
 )
 
 func TestProfilePolicy(t *testing.T) {
@@ -54,7 +55,7 @@ func TestShippedProfileIsReadable(t *testing.T) {
 	if !got.Valid() {
 		t.Fatalf("shipped profile's policy %q", got)
 	}
-	pols, err := parsePolicies("default", filepath.Join("..", "..", defaultProfile))
+	pols, err := parsePolicies("default", filepath.Join("..", "..", defaultProfile), sim.Paper)
 	if err != nil || len(pols) != 1 || pols[0] != got {
 		t.Fatalf("--policy default: %v, %v; want [%s]", pols, err, got)
 	}
