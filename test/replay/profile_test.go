@@ -21,7 +21,7 @@ func TestProfilePolicy(t *testing.T) {
 	}{
 		{"one profile", "profiles:\n" + args("a", "fragpack", "fragpack"), placement.FragPack, ""},
 		{"two that agree", "profiles:\n" + args("a", "fgd", "fgd") + args("b", "fgd", "fgd"), placement.FGD, ""},
-		{"unset is the plugin's default", "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: QGPU\n    args: {}\n", placement.Binpack, ""},
+		{"unset is the plugin's default", "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: QGPU\n    args: {}\n", placement.FragFit, ""},
 		{"card and node differ", "profiles:\n" + args("a", "spread", "binpack"), "", `nodePolicy "spread" and cardPolicy "binpack"`},
 		{"profiles disagree", "profiles:\n" + args("a", "fgd", "fgd") + args("b", "spread", "spread"), "", `configure "fgd" and "spread"`},
 		{"unknown policy", "profiles:\n" + args("a", "best", "best"), "", `nodePolicy "best" is not one of`},
