@@ -40,7 +40,7 @@ func copyPtr[T any](p *T) *T {
 }
 
 // SetDefaults_QGPUArgs fills unset fields: general pods placed by fragfit
-// (docs/performance.md#packing).
+// (docs/performance.md#fragfit-the-shipped-default).
 func SetDefaults_QGPUArgs(a *QGPUArgs) { //nolint:revive // kube naming convention
 	if a.NodePolicy == nil {
 		a.NodePolicy = ptr("fragfit")

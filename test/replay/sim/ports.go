@@ -301,9 +301,10 @@ func (s *portSelector) allocate(n int, pod *Pod) {
 // shareCard is the card a pod asking a share of one takes: a random card
 // for Random, else the tightest (first on ties). FGD too: its code reads
 // as if its own score chose the card (the first best), but only the
-// tightest card reproduces its published results (docs/performance.md:
-// 94.96 against 95.39 on the default trace, 93.25 against 94.15 on
-// gpushare40, seeds 42-43; the tightest card is within 0.2 on every variant).
+// tightest card reproduces its published results (docs/performance.md
+// #validating-the-replay: its own card gave 94.96 against 95.39 on the
+// default trace and 93.25 against 94.15 on gpushare40, seeds 42-43; the
+// tightest card is within 0.05 on every variant, seeds 42-51).
 func (s *portSelector) shareCard(n int, pod *Pod) int {
 	cards := s.cl.cards[n]
 	best, seen := -1, 0
