@@ -26,9 +26,10 @@ func counter(t *testing.T, point, reason string) float64 {
 	return v
 }
 
+// placements counts the default policy's (fragfit) placements of class.
 func placements(t *testing.T, class protocol.Class) float64 {
 	t.Helper()
-	v, err := testutil.GetCounterMetricValue(placementsTotal.WithLabelValues(string(class), "binpack", "binpack"))
+	v, err := testutil.GetCounterMetricValue(placementsTotal.WithLabelValues(string(class), "fragfit", "fragfit"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ type QGPU struct {
 	nodePolicy placement.Policy
 	cardPolicy placement.Policy
 	synced     []cache.InformerSynced
-	// workload is learned from the pods placed, for fgd and fragpack.
+	// workload is learned from the pods placed, for fgd, fragpack and fragfit.
 	workload *workloadLearner
 	// scores carries Filter's scores to Score within a cycle.
 	scores scoreStash
@@ -105,7 +105,7 @@ func (p *QGPU) use(ctx context.Context, s *shared) {
 func decodeArgs(obj runtime.Object) (*args.QGPUArgs, error) {
 	switch a := obj.(type) {
 	case nil:
-		return &args.QGPUArgs{NodePolicy: string(placement.Binpack), CardPolicy: string(placement.Binpack), VCUDAMemoryUnitMiB: 1}, nil
+		return &args.QGPUArgs{NodePolicy: string(placement.FragFit), CardPolicy: string(placement.FragFit), VCUDAMemoryUnitMiB: 1}, nil
 	case *args.QGPUArgs:
 		return a, nil
 	}

@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -15,7 +16,9 @@ import (
 // Learning the target workload for the fragmentation-aware policies: FGD
 // measures fragmentation against the workload's typical pods. The scheduler
 // learns them from the general pods it places, as the paper derives them from
-// the trace: the most frequent shapes that make up 95% of the pods.
+// the trace: the most frequent shapes (card demand, CPU and the pod's model
+// filters) that make up 95% of the pods, their weights renormalised to 1
+// (placement.NewWorkload).
 const (
 	// typicalShare is the paper's popularity threshold.
 	typicalShare = 0.95
@@ -31,6 +34,8 @@ type shapeKey struct {
 	memoryGiB, cores, cpu int64
 	cards                 int
 	whole                 bool
+	// use and noUse are the pod's model filters joined by "|".
+	use, noUse string
 }
 
 // workloadLearner counts shapes under a lock (in Reserve, once per pod) and
@@ -58,7 +63,8 @@ func (l *workloadLearner) observe(req *request.Request, podCPU int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, c := range req.Containers {
-		k := shapeKey{memoryGiB: c.PerCardMemoryGiB(), cores: c.PerCardCores(), cpu: podCPU, cards: c.Cards, whole: c.Whole}
+		k := shapeKey{memoryGiB: c.PerCardMemoryGiB(), cores: c.PerCardCores(), cpu: podCPU, cards: c.Cards, whole: c.Whole,
+			use: strings.Join(req.UseTypes, "|"), noUse: strings.Join(req.NoUseTypes, "|")}
 		l.counts[k]++
 		l.total++
 	}
@@ -100,9 +106,16 @@ func (l *workloadLearner) snapshot() *placement.Workload {
 		w := l.counts[k] / l.total
 		covered += w
 		shapes = append(shapes, placement.Shape{MemoryGiB: k.memoryGiB, Cores: k.cores, Cards: k.cards,
-			Whole: k.whole, CPUMilli: k.cpu, Weight: w})
+			Whole: k.whole, CPUMilli: k.cpu, Weight: w, UseTypes: split(k.use), NoUseTypes: split(k.noUse)})
 	}
 	return placement.NewWorkload(shapes)
+}
+
+func split(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "|")
 }
 
 func less(a, b shapeKey) bool {
@@ -115,7 +128,13 @@ func less(a, b shapeKey) bool {
 	if a.cpu != b.cpu {
 		return a.cpu < b.cpu
 	}
-	return a.cards < b.cards
+	if a.cards != b.cards {
+		return a.cards < b.cards
+	}
+	if a.use != b.use {
+		return a.use < b.use
+	}
+	return a.noUse < b.noUse
 }
 
 // podCPU is the pod's CPU request in milli-cores, as the scheduler counts it.

@@ -36,7 +36,13 @@ func on(node string, cards ...int) placed {
 // manifests/examples, created one at a time so that each placement rule of
 // docs/ledger.md is asserted on a known state.
 func TestE2EExamples(t *testing.T) {
-	c := harness.StartTestCluster(t, harness.ClusterOptions{RBAC: true})
+	// The examples' placements are binpack's (Tencent qGPU's); the default
+	// profile's fragfit is checked by the scheduler tests and the replay.
+	profile, err := harness.BinpackProfile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := harness.StartTestCluster(t, harness.ClusterOptions{RBAC: true, Profile: profile})
 	cs := c.Client
 	pods := examplePods(t)
 	steps := []struct {

@@ -2,6 +2,7 @@
 // reports, per policy, the share of GPU capacity allocated as arrivals grow.
 //
 //	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--out DIR]
+//	go run ./test/replay validate --traces DIR [--seeds 42-51]
 package main
 
 import (
@@ -22,6 +23,10 @@ import (
 var checkpoints = []int{100, 110, 120, 130}
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "validate" {
+		runValidate()
+		return
+	}
 	nodesPath := flag.String("nodes", "", "node list CSV (openb_node_list_gpu_node.csv)")
 	podsPath := flag.String("pods", "", "pod list CSV (openb_pod_list_default.csv)")
 	policyFlag := flag.String("policy", "default", "policy, comma list, all, or default (what --profile configures for general pods; with all, it comes last)")
@@ -31,7 +36,7 @@ func main() {
 	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
 	out := flag.String("out", "", "directory for replay.csv and replay.png (none if empty)")
 	flag.Parse()
-	policies, err := parsePolicies(*policyFlag, *profile)
+	policies, err := parsePolicies(*policyFlag, *profile, sim.Mode(*modeFlag))
 	if err == nil {
 		err = run(*nodesPath, *podsPath, policies, *seedsFlag, sim.Mode(*modeFlag), sim.TieBreak(*ties), *out)
 	}
@@ -42,7 +47,7 @@ func main() {
 }
 
 func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag string, mode sim.Mode, ties sim.TieBreak, out string) error {
-	if ties != sim.FirstNode && ties != sim.Random {
+	if ties != sim.FirstNode && ties != sim.RandomTie {
 		return fmt.Errorf("--ties %q: want first or random", ties)
 	}
 	if mode != sim.Paper && mode != sim.QGPU {
@@ -78,15 +83,20 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	return nil
 }
 
-// parsePolicies reads --policy: names, "all" (every policy, the shipped
-// default last) or "default" (the policy of the profile file).
-func parsePolicies(s, profile string) ([]placement.Policy, error) {
+// parsePolicies reads --policy: names (the product's policies, and in
+// paper mode the simulator's ported ones), "all" (every policy of the
+// mode, the shipped default last) or "default" (the policy of the profile
+// file).
+func parsePolicies(s, profile string, mode sim.Mode) ([]placement.Policy, error) {
 	if s == "default" || s == "all" {
 		def, err := profilePolicy(profile)
 		if err != nil || s == "default" {
 			return []placement.Policy{def}, err
 		}
 		var out []placement.Policy
+		if mode == sim.Paper {
+			out = append(out, sim.Ports...)
+		}
 		for _, p := range placement.Policies {
 			if p != def {
 				out = append(out, p)
@@ -97,8 +107,11 @@ func parsePolicies(s, profile string) ([]placement.Policy, error) {
 	var out []placement.Policy
 	for _, name := range strings.Split(s, ",") {
 		p := placement.Policy(strings.TrimSpace(name))
-		if !p.Valid() {
-			return nil, fmt.Errorf("--policy %q: want one of %v, all or default", p, placement.Policies)
+		switch {
+		case sim.IsPort(p) && mode != sim.Paper:
+			return nil, fmt.Errorf("--policy %q: the simulator's policies run in --mode paper only (in qgpu mode, fgd is FGD on the product's accounting)", p)
+		case !p.Valid() && !sim.IsPort(p):
+			return nil, fmt.Errorf("--policy %q: want one of %v, in paper mode %v, all or default", p, placement.Policies, sim.Ports)
 		}
 		out = append(out, p)
 	}

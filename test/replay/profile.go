@@ -18,7 +18,7 @@ const defaultProfile = "config/qgpu-scheduler.yaml"
 // file. The replay uses one policy for cards and nodes, so a profile whose
 // cardPolicy and nodePolicy differ, or with no QGPU args, or with QGPU args
 // that disagree between profiles, is refused; an unset policy is the
-// plugin's default, binpack (config/args/v1).
+// plugin's default, fragfit (config/args/v1).
 func profilePolicy(path string) (placement.Policy, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
@@ -45,7 +45,7 @@ func profilePolicy(path string) (placement.Policy, error) {
 			if pc.Name != "QGPU" {
 				continue
 			}
-			node, card := orBinpack(pc.Args.NodePolicy), orBinpack(pc.Args.CardPolicy)
+			node, card := orDefault(pc.Args.NodePolicy), orDefault(pc.Args.CardPolicy)
 			switch {
 			case node != card:
 				return "", fmt.Errorf("--profile %s: profile %q has nodePolicy %q and cardPolicy %q; the replay replays one policy for both", path, p.SchedulerName, node, card)
@@ -63,9 +63,9 @@ func profilePolicy(path string) (placement.Policy, error) {
 	return found, nil
 }
 
-func orBinpack(s string) placement.Policy {
+func orDefault(s string) placement.Policy {
 	if s == "" {
-		return placement.Binpack
+		return placement.FragFit
 	}
 	return placement.Policy(s)
 }

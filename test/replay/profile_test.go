@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/test/replay/sim"
 )
 
 func TestProfilePolicy(t *testing.T) {
@@ -20,7 +21,7 @@ func TestProfilePolicy(t *testing.T) {
 	}{
 		{"one profile", "profiles:\n" + args("a", "fragpack", "fragpack"), placement.FragPack, ""},
 		{"two that agree", "profiles:\n" + args("a", "fgd", "fgd") + args("b", "fgd", "fgd"), placement.FGD, ""},
-		{"unset is the plugin's default", "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: QGPU\n    args: {}\n", placement.Binpack, ""},
+		{"unset is the plugin's default", "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: QGPU\n    args: {}\n", placement.FragFit, ""},
 		{"card and node differ", "profiles:\n" + args("a", "spread", "binpack"), "", `nodePolicy "spread" and cardPolicy "binpack"`},
 		{"profiles disagree", "profiles:\n" + args("a", "fgd", "fgd") + args("b", "spread", "spread"), "", `configure "fgd" and "spread"`},
 		{"unknown policy", "profiles:\n" + args("a", "best", "best"), "", `nodePolicy "best" is not one of`},
@@ -54,7 +55,7 @@ func TestShippedProfileIsReadable(t *testing.T) {
 	if !got.Valid() {
 		t.Fatalf("shipped profile's policy %q", got)
 	}
-	pols, err := parsePolicies("default", filepath.Join("..", "..", defaultProfile))
+	pols, err := parsePolicies("default", filepath.Join("..", "..", defaultProfile), sim.Paper)
 	if err != nil || len(pols) != 1 || pols[0] != got {
 		t.Fatalf("--policy default: %v, %v; want [%s]", pols, err, got)
 	}

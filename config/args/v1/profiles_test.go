@@ -22,7 +22,7 @@ import (
 // its validation, and yields typed, defaulted QGPUArgs.
 func TestProfilesLoad(t *testing.T) {
 	tests := map[string]args.QGPUArgs{
-		"qgpu-scheduler.yaml":        {NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1},
+		"qgpu-scheduler.yaml":        {NodePolicy: "fragfit", CardPolicy: "fragfit", VCUDAMemoryUnitMiB: 1},
 		"qgpu-scheduler-spread.yaml": {NodePolicy: "spread", CardPolicy: "spread", VCUDAMemoryUnitMiB: 1},
 		"qgpu-scheduler-gang.yaml":   {NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1},
 	}
@@ -77,7 +77,7 @@ func TestArgsDefaultsAndStrictness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1}, *qgpuArgs(t, cfg)); diff != "" {
+	if diff := cmp.Diff(args.QGPUArgs{NodePolicy: "fragfit", CardPolicy: "fragfit", VCUDAMemoryUnitMiB: 1}, *qgpuArgs(t, cfg)); diff != "" {
 		t.Fatal(diff)
 	}
 	_, err = options.LoadConfigFromFile(klog.Background(), write("typo.yaml", "      nodePolicyy: spread\n"))

@@ -13,8 +13,8 @@ import (
 type QGPUArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// NodePolicy orders nodes for general pods: binpack (default), spread,
-	// bestfit, fgd or fragpack.
+	// NodePolicy orders nodes for general pods: fragfit (default), binpack,
+	// spread, bestfit, fgd or fragpack (plugins/qgpu/placement/policy.go).
 	NodePolicy *string `json:"nodePolicy,omitempty"`
 	// CardPolicy orders a node's cards for general pods, same names.
 	CardPolicy *string `json:"cardPolicy,omitempty"`
@@ -46,13 +46,14 @@ func copyPtr[T any](p *T) *T {
 	return &v
 }
 
-// SetDefaults_QGPUArgs fills unset fields (Tencent qGPU's --priority=binpack).
+// SetDefaults_QGPUArgs fills unset fields: general pods placed by fragfit
+// (docs/performance.md#fragfit-the-shipped-default).
 func SetDefaults_QGPUArgs(a *QGPUArgs) { //nolint:revive // kube naming convention
 	if a.NodePolicy == nil {
-		a.NodePolicy = ptr("binpack")
+		a.NodePolicy = ptr("fragfit")
 	}
 	if a.CardPolicy == nil {
-		a.CardPolicy = ptr("binpack")
+		a.CardPolicy = ptr("fragfit")
 	}
 	if a.MaxPodsPerCard == nil {
 		a.MaxPodsPerCard = ptr[int32](0)

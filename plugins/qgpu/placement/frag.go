@@ -3,9 +3,11 @@ package placement
 import (
 	"math"
 	"sort"
+	"strings"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
 )
 
 // Shape is one typical pod of the target workload (FGD's "typical pods").
@@ -19,24 +21,39 @@ type Shape struct {
 	Whole bool
 	// CPUMilli is the pod's CPU request.
 	CPUMilli int64
-	// Weight is the shape's share of the workload's pods.
+	// Weight is the shape's share of the workload's pods; NewWorkload
+	// renormalises the weights it keeps to sum to 1.
 	Weight float64
+	// UseTypes and NoUseTypes are the shape's card model filters, as a
+	// request's (lower-case substrings; none: any model).
+	UseTypes, NoUseTypes []string
 }
 
 // maxGPUShapes bounds the distinct card demands a workload keeps, so that
 // Frag works on the stack: the heaviest are kept.
-const maxGPUShapes = 32
+const maxGPUShapes = 64
 
 type gpuShape struct {
 	memoryGiB, cores int64
 	cards            int
 	whole            bool
+	// models is the shape's filter, "" for any model.
+	models string
+	filter request.Request
 }
 
 type cpuShape struct {
 	gpu    int // index into gpu, -1 for CPU-only pods
 	cpu    int64
 	weight float64
+}
+
+// gpuKey tells card demands apart: a gpuShape without its parsed filter.
+type gpuKey struct {
+	memoryGiB, cores int64
+	cards            int
+	whole            bool
+	models           string
 }
 
 // Workload is a target workload prepared for Frag: shapes grouped by their
@@ -46,31 +63,44 @@ type Workload struct {
 	shapes []cpuShape
 }
 
-// NewWorkload prepares shapes; shapes without weight are dropped.
+// NewWorkload prepares shapes; shapes without weight are dropped, and the
+// weights of those kept are renormalised to sum to 1 (the paper's typical
+// pods: the fragmentation a node shows to "the next pod", whose shape is
+// drawn from the workload).
 func NewWorkload(shapes []Shape) *Workload {
 	sorted := append([]Shape(nil), shapes...)
 	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Weight > sorted[j].Weight })
 	w := &Workload{}
-	index := map[gpuShape]int{}
+	index := map[gpuKey]int{}
 	for _, s := range sorted {
 		if s.Weight <= 0 {
 			continue
 		}
 		cs := cpuShape{gpu: -1, cpu: s.CPUMilli, weight: s.Weight}
 		if s.Cards > 0 {
-			g := gpuShape{memoryGiB: s.MemoryGiB, cores: s.Cores, cards: s.Cards, whole: s.Whole}
-			i, ok := index[g]
+			g := gpuShape{memoryGiB: s.MemoryGiB, cores: s.Cores, cards: s.Cards, whole: s.Whole,
+				models: strings.Join(s.UseTypes, "|") + "!" + strings.Join(s.NoUseTypes, "|")}
+			key := gpuKey{g.memoryGiB, g.cores, g.cards, g.whole, g.models}
+			i, ok := index[key]
 			if !ok {
 				if len(w.gpu) == maxGPUShapes {
 					continue
 				}
 				i = len(w.gpu)
-				index[g] = i
+				index[key] = i
+				g.filter = request.Request{UseTypes: s.UseTypes, NoUseTypes: s.NoUseTypes}
 				w.gpu = append(w.gpu, g)
 			}
 			cs.gpu = i
 		}
 		w.shapes = append(w.shapes, cs)
+	}
+	var sum float64
+	for _, cs := range w.shapes {
+		sum += cs.weight
+	}
+	for i := range w.shapes {
+		w.shapes[i].weight /= sum
 	}
 	return w
 }
@@ -88,7 +118,12 @@ func CardFree(c *ledger.Card) int64 {
 	return min(mem, (protocol.CoresPerCard-c.UsedCores)*10)
 }
 
+// fits reports whether a pod of the shape could take the card: a card of a
+// model the shape does not accept is fragment for it, whatever its room.
 func (g *gpuShape) fits(c *ledger.Card) bool {
+	if !g.filter.MatchesModel(c.Model) {
+		return false
+	}
 	if g.whole {
 		return c.Empty() && c.Fits(protocol.ClassGeneral, g.memoryGiB, protocol.CoresPerCard, true)
 	}
@@ -99,7 +134,8 @@ func (g *gpuShape) fits(c *ledger.Card) bool {
 // the paper's simulator), in milli-cards: for every typical pod, weighted by
 // its share, the free card capacity it could not use here — all of it when
 // the pod does not fit the node (too few cards or too little CPU), else the
-// free capacity of the cards too small for it. cpuLeft < 0 with cpuKnown
+// free capacity of the cards too small for it or of a model it does not
+// accept. cpuLeft < 0 with cpuKnown
 // false ignores CPU.
 func Frag(cards []ledger.Card, cpuLeft int64, cpuKnown bool, w *Workload) float64 {
 	var total int64

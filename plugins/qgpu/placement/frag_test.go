@@ -131,3 +131,52 @@ func TestEvaluateAllocatesNothing(t *testing.T) {
 		})
 	}
 }
+
+// A shape with a model filter cannot use a card of another model: all that
+// card's free capacity is fragment for it.
+func TestFragModelFilter(t *testing.T) {
+	cards := milliCards(0, 0)
+	cards[0].Model, cards[1].Model = "Tesla T4", "Tesla V100-SXM2-32GB"
+	w := NewWorkload([]Shape{{MemoryGiB: 500, Cards: 1, Weight: 3, UseTypes: []string{"v100"}}})
+	if got, want := Frag(cards, 0, false, w), 1000.0; math.Abs(got-want) > 1e-9 {
+		t.Errorf("Frag = %v, want %v (the T4 card is fragment for a V100-only shape)", got, want)
+	}
+	any := NewWorkload([]Shape{{MemoryGiB: 500, Cards: 1, Weight: 3}})
+	if got := Frag(cards, 0, false, any); got != 0 {
+		t.Errorf("Frag = %v for a shape of any model, want 0", got)
+	}
+}
+
+// NewWorkload renormalises the weights it keeps to sum to 1.
+func TestWorkloadRenormalised(t *testing.T) {
+	w := NewWorkload([]Shape{{MemoryGiB: 500, Cards: 1, Weight: 0.3}, {CPUMilli: 1000, Weight: 0.2}, {Weight: 0}})
+	var sum float64
+	for _, s := range w.shapes {
+		sum += s.weight
+	}
+	if w.Len() != 2 || math.Abs(sum-1) > 1e-12 {
+		t.Errorf("%d shapes weighing %v, want 2 weighing 1", w.Len(), sum)
+	}
+}
+
+// fragfit orders nodes by FGD's score, then by the least free capacity
+// left, then by rank.
+func TestFragFitRaw(t *testing.T) {
+	tight, loose := milliCards(800, 0), milliCards(0, 0)
+	tests := []struct {
+		name string
+		a, b int64 // raw scores; want a > b
+	}{
+		{"higher FGD score wins over a tighter fit", fragFitRaw(1000, 0, loose, 0), fragFitRaw(0, 0, tight, 999)},
+		{"equal FGD score: the tighter fit", fragFitRaw(0, 0, tight, 0), fragFitRaw(0, 0, loose, 999)},
+		{"equal FGD score and fit: the higher rank", fragFitRaw(0, 0, tight, 5), fragFitRaw(0, 0, tight, 4)},
+		{"below FGD's resolution: the fit decides", fragFitRaw(0, 0, tight, 0), fragFitRaw(10, 0, loose, 0)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.a <= tt.b {
+				t.Errorf("raw %d, want more than %d", tt.a, tt.b)
+			}
+		})
+	}
+}

@@ -19,10 +19,13 @@ func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, env 
 			}
 			continue
 		}
-		best := -1
-		if policy.fragAware() && env.hasWorkload() {
-			best = leastFrag(cards, req, c, policy, env, out[start:])
+		var best int
+		if policy == FragPack && env.hasWorkload() {
+			best = leastFrag(cards, req, c, env, out[start:])
 		} else {
+			// fgd and fragfit take the tightest card, as the paper's
+			// simulator does (test/replay/sim/ports.go: only that
+			// reproduces its published FGD results).
 			best = bestShared(cards, req, c, policy, out[start:])
 		}
 		if best < 0 {
@@ -70,11 +73,10 @@ func freeAfter(card *ledger.Card, c request.Container) int64 {
 		(protocol.CoresPerCard-card.UsedCores-c.Cores)*10
 }
 
-// leastFrag picks the card whose fragmentation grows least (fgd: by the
-// simulator's truncated score, first card on ties; fragpack: exactly, the
-// tighter fit on ties). Cards in the same state give the same result, so
-// only the first of them is evaluated.
-func leastFrag(cards []ledger.Card, req *request.Request, c request.Container, policy Policy, env *Env, chosen []Choice) int {
+// leastFrag picks the card whose fragmentation grows least (fragpack:
+// exactly, the tighter fit on ties). Cards in the same state give the same
+// result, so only the first of them is evaluated.
+func leastFrag(cards []ledger.Card, req *request.Request, c request.Container, env *Env, chosen []Choice) int {
 	before := envFrag(cards, env, env.CPULeft)
 	best, bestScore, bestFree := -1, 0.0, int64(0)
 	for i := range cards {
@@ -87,11 +89,8 @@ func leastFrag(cards []ledger.Card, req *request.Request, c request.Container, p
 		card.Take(protocol.ClassGeneral, c.MemoryGiB, c.Cores, !holds(chosen, i))
 		after := envFrag(cards, env, env.cpuLeftAfter())
 		*card = saved
-		score, free := float64(fgdScore(before, after)), freeAfter(card, c)
-		if policy == FragPack {
-			score = before - after
-		}
-		if best < 0 || score > bestScore || policy == FragPack && score == bestScore && free < bestFree {
+		score, free := before-after, freeAfter(card, c)
+		if best < 0 || score > bestScore || score == bestScore && free < bestFree {
 			best, bestScore, bestFree = i, score, free
 		}
 	}

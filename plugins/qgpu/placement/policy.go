@@ -12,18 +12,24 @@ const (
 	// resources left over after the pod, GPU and CPU weighed alike.
 	BestFit Policy = "bestfit"
 	// FGD is Fragmentation Gradient Descent (Weng et al., USENIX ATC'23): the
-	// card and node whose fragmentation, measured against the workload's
-	// typical pods, grows least. Scores are the paper's truncated sigmoid.
+	// node whose fragmentation, measured against the workload's typical
+	// pods, grows least, scored by the paper's truncated sigmoid; the card
+	// is the tightest, as the paper's simulator takes it.
 	FGD Policy = "fgd"
 	// FragPack is FGD's fragmentation measure with the
 	// card by the exact least growth, the node by the growth in tenths of a
 	// card and then a fixed node rank, so that equal nodes are filled one
 	// after the other rather than at random (see fragPackQuantum).
 	FragPack Policy = "fragpack"
+	// FragFit is FGD's node score with the tightest card, and a fixed order
+	// among the nodes FGD rates alike: the least free capacity left, then
+	// a fixed node rank, instead of kube-scheduler's random pick (see
+	// fragFitRaw). It is the shipped default.
+	FragFit Policy = "fragfit"
 )
 
 // Policies lists the supported policies, for validation messages.
-var Policies = []Policy{Binpack, Spread, BestFit, FGD, FragPack}
+var Policies = []Policy{Binpack, Spread, BestFit, FGD, FragPack, FragFit}
 
 // Valid reports whether p names a supported policy.
 func (p Policy) Valid() bool {
@@ -40,7 +46,7 @@ func (p Policy) Valid() bool {
 func (p Policy) UsesEnv() bool { return p != Binpack && p != Spread }
 
 // fragAware reports whether the policy measures fragmentation.
-func (p Policy) fragAware() bool { return p == FGD || p == FragPack }
+func (p Policy) fragAware() bool { return p == FGD || p == FragPack || p == FragFit }
 
 // Env is what the node offers besides its cards, for the policies that look
 // at more than the cards (bestfit, fgd, fragpack). All CPU is in milli-cores;

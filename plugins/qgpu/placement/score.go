@@ -77,6 +77,8 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	switch {
 	case frag && nodePolicy == FGD:
 		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
+	case frag && nodePolicy == FragFit:
+		score = fragFitRaw(before, envFrag(cards, env, env.cpuLeftAfter()), cards, env.Rank)
 	case frag:
 		score = fragPackRaw(before, envFrag(cards, env, env.cpuLeftAfter()), env.Rank)
 	case req.Class == protocol.ClassGeneral && (nodePolicy == BestFit || nodePolicy.fragAware()):
@@ -131,6 +133,27 @@ func fragPackRaw(before, after float64, rank int64) int64 {
 	return int64(math.Floor((before-after)/fragPackQuantum))*RankRange + rank
 }
 
+// fitRange bounds the free capacity, in milli-cards, by which fragfit
+// orders nodes of equal FGD score (65 cards: more than any node has).
+const fitRange = 1 << 16
+
+// fragFitRaw is fragfit's raw node score: FGD's own score (the paper's
+// truncated sigmoid of the fragmentation decrease: its resolution, not one
+// chosen here), then, among nodes FGD cannot tell apart, the node left
+// with the least free capacity (best fit), then the node's fixed rank. The
+// last two replace a random choice among equals: kube-scheduler picks at
+// random among the best nodes, which spreads pods over nodes that FGD
+// rates alike; a fixed order fills them one after the other, as the
+// paper's simulator did by the order of its node names.
+func fragFitRaw(before, after float64, cards []ledger.Card, rank int64) int64 {
+	var free int64
+	for i := range cards {
+		free += CardFree(&cards[i])
+	}
+	fit := fitRange - 1 - min(free, fitRange-1)
+	return (fgdScore(before, after)*fitRange+fit)*RankRange + rank
+}
+
 // RankRange bounds NodeRank.
 const RankRange = 1000
 
@@ -169,7 +192,7 @@ func Normalize(policy Policy, scores []int64) {
 		switch {
 		case s < -Preferred/2:
 			scores[i] = 0 // a mixed node, while another node fits
-		case policy == FragPack:
+		case policy == FragPack || policy == FragFit:
 			scores[i] = max(0, MaxScore-(hi-s))
 		case hi == lo:
 			scores[i] = MaxScore

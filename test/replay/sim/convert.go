@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -102,43 +101,20 @@ func (c *Converter) container(p *Pod) request.Container {
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
 
-// popularity is the simulator's podPopularityThreshold: typical pods are the
-// most frequent shapes that together make up this share of all pods.
-const popularity = 0.95
-
-// Workload is FGD's target workload: the trace's most frequent pod shapes
-// (CPU, GPU share, GPU count), weighted by their share of all pods.
+// Workload is FGD's target workload for the product's policies: the
+// simulator's typical pods (typicalShapes: by CPU, GPU share, card count
+// and model list, covering 95% of the trace's pods, weights renormalised)
+// in the mode's units.
 func (c *Converter) Workload(pods []Pod) *placement.Workload {
-	type key struct {
-		cpu, milli int64
-		num        int
-	}
-	count := map[key]int{}
-	for i := range pods {
-		count[key{pods[i].CPUMilli, pods[i].GPUMilli, pods[i].NumGPU}]++
-	}
-	keys := make([]key, 0, len(count))
-	for k := range count {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		a, b := keys[i], keys[j]
-		if count[a] != count[b] {
-			return count[a] > count[b]
+	t := typicalShapes(pods)
+	shapes := make([]placement.Shape, 0, len(t.shapes))
+	for _, ts := range t.shapes {
+		s := placement.Shape{CPUMilli: ts.cpu, Weight: ts.weight}
+		for _, m := range ts.models {
+			s.UseTypes = append(s.UseTypes, strings.ToLower(m))
 		}
-		return a.cpu*1e7+a.milli*10+int64(a.num) < b.cpu*1e7+b.milli*10+int64(b.num)
-	})
-	var shapes []placement.Shape
-	covered := 0.0
-	for _, k := range keys {
-		if covered >= popularity {
-			break
-		}
-		w := float64(count[k]) / float64(len(pods))
-		covered += w
-		s := placement.Shape{CPUMilli: k.cpu, Weight: w}
-		if k.num > 0 {
-			ct := c.container(&Pod{NumGPU: k.num, GPUMilli: k.milli})
+		if ts.num > 0 {
+			ct := c.container(&Pod{NumGPU: ts.num, GPUMilli: ts.milli})
 			s.Cards, s.Whole = ct.Cards, ct.Whole
 			s.MemoryGiB, s.Cores = ct.PerCardMemoryGiB(), ct.PerCardCores()
 		}

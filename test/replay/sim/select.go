@@ -24,21 +24,23 @@ type selector struct {
 	scores  []int64
 	ranks   []int64
 	ties    TieBreak
+	// order is the seed's node order, in which ties go to the first.
+	order []int
 }
 
 // TieBreak is how the replay picks among nodes with the best score.
 type TieBreak string
 
 const (
-	// FirstNode takes the first in the node list, as the paper's simulator
-	// evidently did: its FGD figure (95.39) is reproduced only so.
+	// FirstNode takes the first in the seed's node order (NodeOrder), as
+	// the paper's simulator does.
 	FirstNode TieBreak = "first"
-	// Random takes one at random (seeded), as kube-scheduler's selectHost does.
-	Random TieBreak = "random"
+	// RandomTie takes one at random (seeded), as kube-scheduler's selectHost does.
+	RandomTie TieBreak = "random"
 )
 
-func newSelector(cl *cluster, policy placement.Policy, work *placement.Workload, rng *rand.Rand, ties TieBreak) *selector {
-	s := &selector{cl: cl, policy: policy, work: work, rng: rng, ties: ties,
+func newSelector(cl *cluster, policy placement.Policy, work *placement.Workload, order []int, rng *rand.Rand, ties TieBreak) *selector {
+	s := &selector{cl: cl, policy: policy, work: work, rng: rng, ties: ties, order: order,
 		scratch: make([][]ledger.Card, len(cl.nodes)), ranks: make([]int64, len(cl.nodes))}
 	for i := range cl.cards {
 		s.scratch[i] = make([]ledger.Card, len(cl.cards[i]))
@@ -56,7 +58,7 @@ func Env(work *placement.Workload, cpuLeft, cpuCap, podCPU int64) *placement.Env
 // after the pod) and returns the feasible nodes and their normalized scores.
 func (s *selector) scoreNodes(pod *Pod, req *request.Request) ([]int, []int64) {
 	s.cand, s.scores = s.cand[:0], s.scores[:0]
-	for i := range s.cl.nodes {
+	for _, i := range s.order {
 		if s.cl.cpuLeft[i] < pod.CPUMilli || s.cl.memLeft[i] < pod.MemoryMiB {
 			continue
 		}

@@ -1,7 +1,9 @@
 package sim
 
 import (
+	"math"
 	"math/rand"
+	"sort"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
@@ -22,7 +24,9 @@ type Config struct {
 }
 
 // Result is the allocation curve: Alloc[k] is the share of GPU capacity
-// allocated (in %) when the arrived GPU demand first reached k% of capacity.
+// allocated (in %) averaged over the arrivals after which the arrived GPU
+// demand, in % of capacity, rounds to k (the simulator's "130" is the mean
+// over 129.5–130%); a k no arrival rounds to carries the allocation then.
 type Result struct {
 	Alloc []float64
 	// Placed and Failed count arrivals.
@@ -47,32 +51,62 @@ func newCluster(mode Mode, nodes []Node) *cluster {
 	return c
 }
 
-// Arrivals is the paper's arrival order: the pods shuffled with the seed,
-// then pods drawn at random (with replacement) until the arrived GPU demand
-// reaches maxPct% of capacity.
+// Arrivals is the simulator's arrival order: the pods sorted by name and
+// shuffled with the seed; then, while the arrived GPU demand stays within
+// maxPct% of capacity, pods drawn at random (with replacement) are
+// appended; a trace already above it loses random pods instead.
 func Arrivals(pods []Pod, capacity int64, maxPct int, rng *rand.Rand) []int {
-	order := rng.Perm(len(pods))
-	var arrived int64
+	byName := make([]int, len(pods))
+	for i := range byName {
+		byName[i] = i
+	}
+	sort.SliceStable(byName, func(a, b int) bool { return pods[byName[a]].Name < pods[byName[b]].Name })
+	order := make([]int, len(pods))
+	for i, j := range rng.Perm(len(pods)) {
+		order[i] = byName[j]
+	}
 	limit := capacity * int64(maxPct) / 100
-	out := make([]int, 0, len(order)*maxPct/100)
-	for i := 0; arrived < limit && len(pods) > 0; i++ {
-		p := 0
-		if i < len(order) {
-			p = order[i]
-		} else {
-			p = rng.Intn(len(pods))
-		}
-		out = append(out, p)
+	var arrived int64
+	for _, p := range order {
 		arrived += pods[p].GPUDemand()
 	}
-	return out
+	for arrived > limit && len(order) > 0 {
+		k := rng.Intn(len(order))
+		arrived -= pods[order[k]].GPUDemand()
+		order = append(order[:k], order[k+1:]...)
+	}
+	for len(pods) > 0 {
+		p := rng.Intn(len(pods))
+		if arrived+pods[p].GPUDemand() > limit {
+			break
+		}
+		order = append(order, p)
+		arrived += pods[p].GPUDemand()
+	}
+	return order
 }
 
-// Run replays one configuration.
+// NodeOrder is the seed's order of the nodes: the simulator prefixes node
+// names with a seeded random string and breaks ties by name, so ties go to
+// the first node in a per-seed random order.
+func NodeOrder(n int, seed int64) []int {
+	return rand.New(rand.NewSource(seed ^ 0x5eed)).Perm(n)
+}
+
+// placer is a scheduling cycle: the product's placement or a port.
+type placer interface {
+	place(pod *Pod, req *request.Request) bool
+}
+
+type portPlacer struct{ *portSelector }
+
+func (p portPlacer) place(pod *Pod, _ *request.Request) bool { return p.portSelector.place(pod) }
+
+// Run replays one configuration; a port in qgpu mode is refused by the
+// caller (ValidPolicy).
 func Run(cfg Config) Result {
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	conv := NewConverter(cfg.Mode, cfg.Nodes)
-	work := conv.Workload(cfg.Pods)
 	cl := newCluster(cfg.Mode, cfg.Nodes)
 	var capacity int64
 	for i := range cfg.Nodes {
@@ -82,14 +116,26 @@ func Run(cfg Config) Result {
 	for i := range cfg.Pods {
 		reqs[i] = conv.Request(&cfg.Pods[i])
 	}
-	ties := cfg.Ties
-	if ties == "" {
-		ties = FirstNode
+	order := NodeOrder(len(cfg.Nodes), cfg.Seed)
+	var s placer
+	if IsPort(cfg.Policy) {
+		s = portPlacer{newPortSelector(cl, cfg.Policy, order, rand.New(rand.NewSource(cfg.Seed+1)), typicalShapes(cfg.Pods))}
+	} else {
+		ties := cfg.Ties
+		if ties == "" {
+			ties = FirstNode
+		}
+		s = newSelector(cl, cfg.Policy, conv.Workload(cfg.Pods), order, rand.New(rand.NewSource(cfg.Seed+1)), ties)
 	}
-	s := newSelector(cl, cfg.Policy, work, rand.New(rand.NewSource(cfg.Seed+1)), ties)
+	return replay(cfg, s, reqs, rng, capacity)
+}
+
+// replay feeds the arrivals to the placer and records the allocation curve.
+func replay(cfg Config, s placer, reqs []*request.Request, rng *rand.Rand, capacity int64) Result {
 	res := Result{Alloc: make([]float64, cfg.MaxArrivalPct+1)}
+	sums := make([]float64, cfg.MaxArrivalPct+1)
+	counts := make([]int, cfg.MaxArrivalPct+1)
 	var arrived, allocated int64
-	next := 1
 	for _, p := range Arrivals(cfg.Pods, capacity, cfg.MaxArrivalPct, rng) {
 		pod := &cfg.Pods[p]
 		if s.place(pod, reqs[p]) {
@@ -99,12 +145,17 @@ func Run(cfg Config) Result {
 			res.Failed++
 		}
 		arrived += pod.GPUDemand()
-		for ; next <= cfg.MaxArrivalPct && arrived*100 >= capacity*int64(next); next++ {
-			res.Alloc[next] = float64(allocated) * 100 / float64(capacity)
+		if k := int(math.Floor(float64(arrived)*100/float64(capacity) + 0.5)); k >= 0 && k <= cfg.MaxArrivalPct {
+			sums[k] += float64(allocated) * 100 / float64(capacity)
+			counts[k]++
 		}
 	}
-	for ; next <= cfg.MaxArrivalPct; next++ {
-		res.Alloc[next] = float64(allocated) * 100 / float64(capacity)
+	last := 0.0
+	for k := range res.Alloc {
+		if counts[k] > 0 {
+			last = sums[k] / float64(counts[k])
+		}
+		res.Alloc[k] = last
 	}
 	return res
 }

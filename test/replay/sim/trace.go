@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -51,16 +52,30 @@ func ReadNodes(path string) ([]Node, error) {
 	return out, err
 }
 
-// ReadPods reads a pod list CSV.
+// podColumns are the pod list columns the replay reads; gpu_spec is
+// optional (the multigpu lists have only the first five).
+var podColumns = []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}
+
+// ReadPods reads a pod list CSV of any of the trace's variants: the header
+// must start with the five resource columns; a gpu_spec column, wherever it
+// is, gives the allowed models.
 func ReadPods(path string) ([]Pod, error) {
 	var out []Pod
-	err := readCSV(path, []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"}, func(r []string) error {
+	spec := -1
+	err := readCSVHeader(path, podColumns, func(header []string) {
+		spec = slices.Index(header, "gpu_spec")
+	}, func(r []string) error {
 		p := Pod{Name: r[0]}
 		var num int64
 		err := ints(r[1:5], &p.CPUMilli, &p.MemoryMiB, &num, &p.GPUMilli)
 		p.NumGPU = int(num)
-		if spec := strings.TrimSpace(r[5]); spec != "" && spec != "nan" {
-			p.Models = strings.Split(spec, "|")
+		if err == nil {
+			err = checkPod(&p)
+		}
+		if spec >= 0 && spec < len(r) {
+			if s := strings.TrimSpace(r[spec]); s != "" && s != "nan" {
+				p.Models = strings.Split(s, "|")
+			}
 		}
 		out = append(out, p)
 		return err
@@ -68,8 +83,29 @@ func ReadPods(path string) ([]Pod, error) {
 	return out, err
 }
 
+// checkPod refuses what the replay cannot place: negative amounts, a share
+// above a card, or a share of a card spread over several cards.
+func checkPod(p *Pod) error {
+	switch {
+	case p.CPUMilli < 0 || p.MemoryMiB < 0 || p.NumGPU < 0:
+		return fmt.Errorf("pod %s: negative cpu_milli, memory_mib or num_gpu", p.Name)
+	case p.GPUMilli < 0 || p.GPUMilli > 1000:
+		return fmt.Errorf("pod %s: gpu_milli %d, want 0..1000", p.Name, p.GPUMilli)
+	case p.NumGPU > 1 && p.GPUMilli != 1000:
+		return fmt.Errorf("pod %s: num_gpu %d with gpu_milli %d: several cards are whole cards (1000)", p.Name, p.NumGPU, p.GPUMilli)
+	case (p.NumGPU == 0) != (p.GPUMilli == 0):
+		return fmt.Errorf("pod %s: num_gpu %d with gpu_milli %d: both or neither", p.Name, p.NumGPU, p.GPUMilli)
+	}
+	return nil
+}
+
 // readCSV checks that the header starts with want and calls row for each record.
 func readCSV(path string, want []string, row func([]string) error) error {
+	return readCSVHeader(path, want, func([]string) {}, row)
+}
+
+// readCSVHeader is readCSV that also hands the header to header first.
+func readCSVHeader(path string, want []string, header func([]string), row func([]string) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return err
@@ -77,13 +113,14 @@ func readCSV(path string, want []string, row func([]string) error) error {
 	defer f.Close()
 	r := csv.NewReader(f)
 	r.FieldsPerRecord = -1
-	header, err := r.Read()
+	h, err := r.Read()
 	if err != nil {
 		return fmt.Errorf("%s: reading header: %w", path, err)
 	}
-	if len(header) < len(want) || strings.Join(header[:len(want)], ",") != strings.Join(want, ",") {
-		return fmt.Errorf("%s: header %v, want it to start with %v", path, header, want)
+	if len(h) < len(want) || strings.Join(h[:len(want)], ",") != strings.Join(want, ",") {
+		return fmt.Errorf("%s: header %v, want it to start with %v", path, h, want)
 	}
+	header(h)
 	for line := 2; ; line++ {
 		rec, err := r.Read()
 		if err == io.EOF {
