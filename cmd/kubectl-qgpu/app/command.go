@@ -75,6 +75,16 @@ func (o *options) clientFromFlags() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
+// namespace is the namespace to list: "" with --all-namespaces, else -n or
+// the kubeconfig context's.
+func (o *options) namespace(all bool) (string, error) {
+	if all {
+		return "", nil
+	}
+	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
+	return ns, err
+}
+
 func (o *options) source() (*source, error) {
 	cs, err := o.client()
 	if err != nil {

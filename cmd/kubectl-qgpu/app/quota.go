@@ -75,12 +75,9 @@ func newQuotaCommand(o *options) *cobra.Command {
 		if err := out.validate(); err != nil {
 			return err
 		}
-		ns := ""
-		if !all {
-			var err error
-			if ns, _, err = o.config.ToRawKubeConfigLoader().Namespace(); err != nil {
-				return err
-			}
+		ns, err := o.namespace(all)
+		if err != nil {
+			return err
 		}
 		s, err := o.source()
 		if err != nil {
