@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -134,7 +136,8 @@ func (m *Manager) Stop() {
 // re-created (a kubelet restart removes the plugin sockets and forgets the
 // registrations), until ctx ends. With start, it also starts them once the
 // watch is in place, so no re-creation can be missed. A failed start is
-// retried every 2 s (the kubelet may not be up yet).
+// retried with a jittered backoff from 1 s to 30 s (the kubelet may not be
+// up yet), reset by a success.
 func (m *Manager) Run(ctx context.Context, start bool) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -145,9 +148,10 @@ func (m *Manager) Run(ctx context.Context, start bool) error {
 		return fmt.Errorf("watching %s: %w", m.Dir, err)
 	}
 	logger := klog.FromContext(ctx)
+	backoff := restartBackoff()
 	var retry <-chan time.Time
 	if start {
-		retry = m.restart(ctx)
+		retry = m.restart(ctx, &backoff)
 	}
 	for {
 		select {
@@ -160,20 +164,31 @@ func (m *Manager) Run(ctx context.Context, start bool) error {
 				continue
 			}
 			logger.Info("kubelet.sock re-created: restarting the device plugins")
-			retry = m.restart(ctx)
+			backoff = restartBackoff()
+			retry = m.restart(ctx, &backoff)
 		case <-retry:
-			retry = m.restart(ctx)
+			retry = m.restart(ctx, &backoff)
 		}
 	}
 }
 
-// restart returns a timer channel to retry on, or nil after a success.
-func (m *Manager) restart(ctx context.Context) <-chan time.Time {
+// restartBackoff is the delay between failed starts: 1 s doubling to 30 s,
+// each with up to 10 % jitter so that the agents of a node pool restarted
+// with their kubelets do not retry in step.
+func restartBackoff() wait.Backoff {
+	return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.1, Steps: math.MaxInt32, Cap: 30 * time.Second}
+}
+
+// restart returns a timer channel to retry on, or nil after a success
+// (which resets the backoff).
+func (m *Manager) restart(ctx context.Context, backoff *wait.Backoff) <-chan time.Time {
 	if err := m.Start(ctx); err != nil {
+		delay := backoff.Step()
 		if !errors.Is(err, context.Canceled) {
-			klog.FromContext(ctx).Error(err, "Restarting the device plugins; retrying in 2s")
+			klog.FromContext(ctx).Error(err, "Restarting the device plugins", "retryIn", delay)
 		}
-		return time.After(2 * time.Second)
+		return time.After(delay)
 	}
+	*backoff = restartBackoff()
 	return nil
 }
