@@ -13,7 +13,9 @@ import (
 )
 
 // EventsToRegister: a qGPU pod leaving a node (deleted or finished) frees
-// slices, or at least the qGPU resources it requested there; a node gaining
+// slices, or at least the qGPU resources it requested there, and a pod
+// asking for nvidia.com/gpu leaving a node may open it to a node-exclusive
+// pod (docs/node-exclusive.md); a node gaining
 // or changing its qGPU inventory, labels or allocatable qGPU resources (its
 // agent's device plugins registering again) may add room; a pending pod's
 // own edit (its class or model filters) may make it fit.
@@ -41,8 +43,10 @@ func (p *QGPU) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, old
 		logger.V(5).Info("pod deleted before binding holds no slices", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
-	if _, assigned := gone.Annotations[protocol.AnnotationAssignment]; !assigned && !request.Asks(gone) {
-		logger.V(5).Info("deleted pod held no qGPU resources", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
+	// asksGPU, not request.Asks: a pod asking for nvidia.com/gpu alone holds
+	// no qGPU resources but keeps node-exclusive pods off its node.
+	if _, assigned := gone.Annotations[protocol.AnnotationAssignment]; !assigned && !asksGPU(gone) {
+		logger.V(5).Info("deleted pod held no GPU resources", "pod", klog.KObj(pod), "deleted", klog.KObj(gone))
 		return fwk.QueueSkip, nil
 	}
 	return fwk.Queue, nil

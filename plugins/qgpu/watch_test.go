@@ -147,6 +147,8 @@ func TestQueueingHints(t *testing.T) {
 	foreign.Spec.NodeName = "n1"
 	plain := builders.GPUPod("plain").Container("c", nil).Obj()
 	plain.Spec.NodeName = "n1"
+	wholeGPU := builders.GPUPod("whole-gpu").Container("c", map[string]int64{"nvidia.com/gpu": 1}).Obj()
+	wholeGPU.Spec.NodeName = "n1"
 	pluginsGone := mixed.DeepCopy()
 	pluginsGone.Status.Allocatable = v1.ResourceList{v1.ResourceCPU: resource.MustParse("8")}
 	tests := []struct {
@@ -160,6 +162,8 @@ func TestQueueingHints(t *testing.T) {
 		{"pod without assignment deleted", p.isSchedulableAfterPodDeleted, builders.GPUPod("x").Container("c", nil).Obj(), nil, fwk.QueueSkip},
 		{"bound pod without assignment asking for qGPU deleted", p.isSchedulableAfterPodDeleted, foreign, nil, fwk.Queue},
 		{"bound pod asking for no qGPU deleted", p.isSchedulableAfterPodDeleted, plain, nil, fwk.QueueSkip},
+		// It kept node-exclusive pods off its node (docs/node-exclusive.md).
+		{"bound pod asking for nvidia.com/gpu deleted", p.isSchedulableAfterPodDeleted, wholeGPU, nil, fwk.Queue},
 		{"new mixed qGPU node", p.isSchedulableAfterNodeChange, nil, mixed, fwk.Queue},
 		{"device plugins registered again", p.isSchedulableAfterNodeChange, pluginsGone, mixed, fwk.Queue},
 		{"device plugins gone", p.isSchedulableAfterNodeChange, mixed, pluginsGone, fwk.QueueSkip},
