@@ -75,14 +75,18 @@ func (o *options) clientFromFlags() (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// namespace is the namespace to list: "" with --all-namespaces, else -n or
-// the kubeconfig context's.
-func (o *options) namespace(all bool) (string, error) {
-	if all {
-		return "", nil
+// scope is the cluster to read and the namespace to list: "" with
+// --all-namespaces, else -n or the kubeconfig context's.
+func (o *options) scope(all bool) (*source, string, error) {
+	ns := ""
+	if !all {
+		var err error
+		if ns, _, err = o.config.ToRawKubeConfigLoader().Namespace(); err != nil {
+			return nil, "", err
+		}
 	}
-	ns, _, err := o.config.ToRawKubeConfigLoader().Namespace()
-	return ns, err
+	s, err := o.source()
+	return s, ns, err
 }
 
 func (o *options) source() (*source, error) {

@@ -33,11 +33,7 @@ func newPodsCommand(o *options) *cobra.Command {
 		if err := out.validate(); err != nil {
 			return err
 		}
-		ns, err := o.namespace(all)
-		if err != nil {
-			return err
-		}
-		s, err := o.source()
+		s, ns, err := o.scope(all)
 		if err != nil {
 			return err
 		}

@@ -75,11 +75,7 @@ func newQuotaCommand(o *options) *cobra.Command {
 		if err := out.validate(); err != nil {
 			return err
 		}
-		ns, err := o.namespace(all)
-		if err != nil {
-			return err
-		}
-		s, err := o.source()
+		s, ns, err := o.scope(all)
 		if err != nil {
 			return err
 		}
