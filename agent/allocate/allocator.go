@@ -2,7 +2,6 @@ package allocate
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -79,18 +78,11 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 		return nil, fmt.Errorf("enforcement backend: %w", err)
 	}
 	c, err := a.route(ctx, resource, deviceIDs)
-	if errors.Is(err, ErrNoMatch) && isVocabulary(resource) {
-		// A vocabulary's call is recorded under the native memory resource
-		// (vocab.go), so route's own repeat check cannot see it.
-		if resp, ok, err := a.repeatedVocabulary(ctx, backend, policy, resource, deviceIDs); ok {
-			return resp, err
-		}
-	}
 	if err != nil {
 		return nil, err
 	}
 	if c.existing != nil {
-		return a.answerAgain(ctx, backend, policy, *c.existing, deviceIDs)
+		return a.answerAgain(ctx, backend, policy, *c.existing, resource, deviceIDs)
 	}
 	if isVocabulary(resource) {
 		return a.allocateVocabulary(ctx, backend, policy, c.first, resource, deviceIDs)
@@ -129,11 +121,17 @@ func (a *Allocator) grantNew(ctx context.Context, backend enforce.Backend, polic
 // answerAgain answers a container that already holds grant g with the same
 // grant (same cards, same environment and mounts), and records the devices
 // the kubelet now gave it, so the reconciler finds the record by them.
-func (a *Allocator) answerAgain(ctx context.Context, backend enforce.Backend, policy protocol.Policy, g store.Grant, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
+func (a *Allocator) answerAgain(ctx context.Context, backend enforce.Backend, policy protocol.Policy, g store.Grant, resource string, deviceIDs []string) (*pluginapi.ContainerAllocateResponse, error) {
 	if err := a.cardsGrantable(g); err != nil {
 		return nil, err
 	}
-	resp, err := a.answer(ctx, backend, g, policy)
+	var resp *pluginapi.ContainerAllocateResponse
+	var err error
+	if isVocabulary(resource) {
+		resp, err = a.answerVocabularyAgain(ctx, backend, g, policy, resource)
+	} else {
+		resp, err = a.answer(ctx, backend, g, policy)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
 	}

@@ -43,7 +43,8 @@ func (a *Allocator) route(ctx context.Context, resource string, ids []string) (r
 		return route{}, matchErr
 	}
 	// No container waits for its first grant of the resource.
-	if g, ok := a.repeated(ctx, resource, ids); ok {
+	// A vocabulary's call is recorded under the native memory resource.
+	if g, ok := a.repeated(ctx, grantResource(resource), ids); ok {
 		return route{existing: &g}, nil
 	}
 	switch distinct := distinctAnswers(again); len(distinct) {

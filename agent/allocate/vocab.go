@@ -113,24 +113,23 @@ func (a *Allocator) answerVocabulary(ctx context.Context, backend enforce.Backen
 	return resp, nil
 }
 
-// repeatedVocabulary answers a vocabulary call the kubelet repeats, from
-// the recorded memory grant with these device IDs.
-func (a *Allocator) repeatedVocabulary(ctx context.Context, backend enforce.Backend, policy protocol.Policy, resource string, ids []string) (*pluginapi.ContainerAllocateResponse, bool, error) {
-	g, ok := a.repeated(ctx, protocol.ResourceMemory, ids)
-	if !ok {
-		return nil, false, nil
-	}
-	pods, err := a.Pods.Cached()
-	if err != nil {
-		return nil, false, nil
-	}
-	for _, p := range pods {
-		if string(p.UID) == g.PodUID {
-			resp, err := a.answerVocabulary(ctx, backend, g, policy, p, resource)
-			return resp, true, err
+// answerVocabularyAgain answers a vocabulary call the kubelet repeats
+// from the container's recorded memory grant.
+func (a *Allocator) answerVocabularyAgain(ctx context.Context, backend enforce.Backend, g store.Grant, policy protocol.Policy, resource string) (*pluginapi.ContainerAllocateResponse, error) {
+	// repeated found the pod alive in the cache or, failing that, in a
+	// fresh list: look in the same places.
+	for _, list := range []func() ([]*v1.Pod, error){a.Pods.Cached, func() ([]*v1.Pod, error) { return a.Pods.Fresh(ctx) }} {
+		pods, err := list()
+		if err != nil {
+			continue
+		}
+		for _, p := range pods {
+			if string(p.UID) == g.PodUID {
+				return a.answerVocabulary(ctx, backend, g, policy, p, resource)
+			}
 		}
 	}
-	return nil, false, nil
+	return nil, fmt.Errorf("%w: pod %s/%s of the repeated %s call is not in the cache", ErrNoMatch, g.Namespace, g.Name, resource)
 }
 
 // namesVocabulary reports whether the spec of the pod's container names an
