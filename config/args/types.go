@@ -14,7 +14,7 @@ type QGPUArgs struct {
 	metav1.TypeMeta
 
 	// NodePolicy orders nodes for general pods: binpack, spread, bestfit,
-	// fgd, fragpack or fragfit (plugins/qgpu/placement/policy.go).
+	// fgd or fragfit (plugins/qgpu/placement/policy.go).
 	NodePolicy string
 	// CardPolicy orders the cards of a node for general pods, same names.
 	CardPolicy string

@@ -8,7 +8,7 @@ import (
 
 // Policies a profile may name: placement.Policies (a test in plugins/qgpu
 // keeps the two lists equal; this package imports no plugin code).
-var policies = []string{"binpack", "spread", "bestfit", "fgd", "fragpack", "fragfit"}
+var policies = []string{"binpack", "spread", "bestfit", "fgd", "fragfit"}
 
 // Validate checks the args; path is where they sit in the profile.
 func Validate(path *field.Path, a *QGPUArgs) field.ErrorList {

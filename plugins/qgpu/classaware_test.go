@@ -27,7 +27,7 @@ func TestGeneralPodsKeepOffMixedNodes(t *testing.T) {
 		"online and offline first": {{online("on"), "mixed"}, {offline("off"), "mixed"}, {whole("g1"), "plain"}},
 		"plain node full":          {{whole("g1"), "plain"}, {whole("g2"), "plain"}, {whole("g3"), "mixed"}, {online("on"), ""}},
 	}
-	for _, policy := range []string{"binpack", "spread", "bestfit", "fgd", "fragpack", "fragfit"} {
+	for _, policy := range []string{"binpack", "spread", "bestfit", "fgd", "fragfit"} {
 		for name, steps := range orders {
 			t.Run(policy+"/"+name, func(t *testing.T) {
 				p := newPlugin(t, &args.QGPUArgs{NodePolicy: policy, CardPolicy: policy})

@@ -31,7 +31,7 @@ type QGPU struct {
 	nodePolicy placement.Policy
 	cardPolicy placement.Policy
 	synced     []cache.InformerSynced
-	// workload is learned from the pods placed, for fgd, fragpack and fragfit.
+	// workload is learned from the pods placed, for fgd and fragfit.
 	workload *workloadLearner
 	// scores carries Filter's scores to Score within a cycle.
 	scores scoreStash

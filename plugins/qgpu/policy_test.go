@@ -41,10 +41,10 @@ func TestArgsAcceptEveryPolicy(t *testing.T) {
 	}
 }
 
-// fragpack learns the workload from the pods it places and then fills the
+// fragfit learns the workload from the pods it places and then fills the
 // node whose fragmentation grows least.
-func TestFragPackLearnsWorkload(t *testing.T) {
-	p := newPlugin(t, &args.QGPUArgs{NodePolicy: "fragpack", CardPolicy: "fragpack"})
+func TestFragFitLearnsWorkload(t *testing.T) {
+	p := newPlugin(t, &args.QGPUArgs{NodePolicy: "fragfit", CardPolicy: "fragfit"})
 	if p.workload.Load() != nil {
 		t.Fatal("workload before any pod")
 	}

@@ -19,7 +19,7 @@ func TestProfilePolicy(t *testing.T) {
 		want       placement.Policy
 		err        string
 	}{
-		{"one profile", "profiles:\n" + args("a", "fragpack", "fragpack"), placement.FragPack, ""},
+		{"one profile", "profiles:\n" + args("a", "fgd", "fgd"), placement.FGD, ""},
 		{"two that agree", "profiles:\n" + args("a", "fgd", "fgd") + args("b", "fgd", "fgd"), placement.FGD, ""},
 		{"unset is the plugin's default", "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: QGPU\n    args: {}\n", placement.FragFit, ""},
 		{"card and node differ", "profiles:\n" + args("a", "spread", "binpack"), "", `nodePolicy "spread" and cardPolicy "binpack"`},

@@ -14,7 +14,7 @@ type QGPUArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
 	// NodePolicy orders nodes for general pods: fragfit (default), binpack,
-	// spread, bestfit, fgd or fragpack (plugins/qgpu/placement/policy.go).
+	// spread, bestfit, fgd or fragfit (plugins/qgpu/placement/policy.go).
 	NodePolicy *string `json:"nodePolicy,omitempty"`
 	// CardPolicy orders a node's cards for general pods, same names.
 	CardPolicy *string `json:"cardPolicy,omitempty"`

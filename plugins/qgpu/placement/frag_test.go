@@ -60,9 +60,9 @@ func TestFragPoliciesPickCard(t *testing.T) {
 		want   [][2]int
 	}{
 		{"fgd fills the half card", milliCards(0, 500, 0), 500, FGD, [][2]int{{0, 1}}},
-		{"fragpack fills the half card", milliCards(0, 500, 0), 500, FragPack, [][2]int{{0, 1}}},
+		{"fragfit fills the half card", milliCards(0, 500, 0), 500, FragFit, [][2]int{{0, 1}}},
 		{"fgd keeps an empty card whole", milliCards(0, 300), 200, FGD, [][2]int{{0, 1}}},
-		{"fragpack keeps an empty card whole", milliCards(0, 300), 200, FragPack, [][2]int{{0, 1}}},
+		{"fragfit keeps an empty card whole", milliCards(0, 300), 200, FragFit, [][2]int{{0, 1}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,7 +87,7 @@ func TestNormalize(t *testing.T) {
 	}{
 		{"stretch", Binpack, []int64{10, 20, 30}, []int64{0, 50, 100}},
 		{"all equal", Binpack, []int64{7, 7}, []int64{100, 100}},
-		{"fragpack keeps the top", FragPack, []int64{5000, 4990, 3000}, []int64{100, 90, 0}},
+		{"fragfit keeps the top", FragFit, []int64{5000, 4990, 3000}, []int64{100, 90, 0}},
 		{"empty", FGD, nil, nil},
 	}
 	for _, tt := range tests {

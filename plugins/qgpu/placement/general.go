@@ -19,15 +19,10 @@ func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, env 
 			}
 			continue
 		}
-		var best int
-		if policy == FragPack && env.hasWorkload() {
-			best = leastFrag(cards, req, c, env, out[start:])
-		} else {
-			// fgd and fragfit take the tightest card, as the paper's
-			// simulator does (test/replay/sim/ports.go: only that
-			// reproduces its published FGD results).
-			best = bestShared(cards, req, c, policy, out[start:])
-		}
+		// fgd and fragfit take the tightest card, as the paper's simulator
+		// does (test/replay/sim/ports.go: only that reproduces its
+		// published FGD results).
+		best := bestShared(cards, req, c, policy, out[start:])
 		if best < 0 {
 			return out[:start], failReason(cards, req)
 		}
@@ -71,48 +66,6 @@ func bestShared(cards []ledger.Card, req *request.Request, c request.Container, 
 func freeAfter(card *ledger.Card, c request.Container) int64 {
 	return (card.FreeMemoryGiB()-c.MemoryGiB)*1000/max(card.MemoryGiB, 1) +
 		(protocol.CoresPerCard-card.UsedCores-c.Cores)*10
-}
-
-// leastFrag picks the card whose fragmentation grows least (fragpack:
-// exactly, the tighter fit on ties). Cards in the same state give the same
-// result, so only the first of them is evaluated.
-func leastFrag(cards []ledger.Card, req *request.Request, c request.Container, env *Env, chosen []Choice) int {
-	before := envFrag(cards, env, env.CPULeft)
-	best, bestScore, bestFree := -1, 0.0, int64(0)
-	for i := range cards {
-		card := &cards[i]
-		if !req.MatchesModel(card.Model) || !card.Fits(protocol.ClassGeneral, c.MemoryGiB, c.Cores, !holds(chosen, i)) ||
-			sameAsEarlier(cards, i, chosen) {
-			continue
-		}
-		saved := *card
-		card.Take(protocol.ClassGeneral, c.MemoryGiB, c.Cores, !holds(chosen, i))
-		after := envFrag(cards, env, env.cpuLeftAfter())
-		*card = saved
-		score, free := before-after, freeAfter(card, c)
-		if best < 0 || score > bestScore || score == bestScore && free < bestFree {
-			best, bestScore, bestFree = i, score, free
-		}
-	}
-	return best
-}
-
-// sameAsEarlier reports whether an earlier card is in the same state as card
-// i (same model, capacity and holdings, and neither held by this pod).
-func sameAsEarlier(cards []ledger.Card, i int, chosen []Choice) bool {
-	a := &cards[i]
-	if holds(chosen, i) {
-		return false
-	}
-	for j := range i {
-		b := &cards[j]
-		if a.Model == b.Model && a.MemoryGiB == b.MemoryGiB && a.Healthy == b.Healthy && a.MaxPods == b.MaxPods &&
-			a.UsedMemoryGiB == b.UsedMemoryGiB && a.UsedCores == b.UsedCores && a.UsedGreedy == b.UsedGreedy &&
-			a.General == b.General && a.Online == b.Online && a.Offline == b.Offline && !holds(chosen, j) {
-			return true
-		}
-	}
-	return false
 }
 
 // placeWhole takes k empty cards for one container. binpack takes the lowest

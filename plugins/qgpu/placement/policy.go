@@ -16,11 +16,6 @@ const (
 	// pods, grows least, scored by the paper's truncated sigmoid; the card
 	// is the tightest, as the paper's simulator takes it.
 	FGD Policy = "fgd"
-	// FragPack is FGD's fragmentation measure with the
-	// card by the exact least growth, the node by the growth in tenths of a
-	// card and then a fixed node rank, so that equal nodes are filled one
-	// after the other rather than at random (see fragPackQuantum).
-	FragPack Policy = "fragpack"
 	// FragFit is FGD's node score with the tightest card, and a fixed order
 	// among the nodes FGD rates alike: the least free capacity left, then
 	// a fixed node rank, instead of kube-scheduler's random pick (see
@@ -29,7 +24,7 @@ const (
 )
 
 // Policies lists the supported policies, for validation messages.
-var Policies = []Policy{Binpack, Spread, BestFit, FGD, FragPack, FragFit}
+var Policies = []Policy{Binpack, Spread, BestFit, FGD, FragFit}
 
 // Valid reports whether p names a supported policy.
 func (p Policy) Valid() bool {
@@ -46,10 +41,10 @@ func (p Policy) Valid() bool {
 func (p Policy) UsesEnv() bool { return p != Binpack && p != Spread }
 
 // fragAware reports whether the policy measures fragmentation.
-func (p Policy) fragAware() bool { return p == FGD || p == FragPack || p == FragFit }
+func (p Policy) fragAware() bool { return p == FGD || p == FragFit }
 
 // Env is what the node offers besides its cards, for the policies that look
-// at more than the cards (bestfit, fgd, fragpack). All CPU is in milli-cores;
+// at more than the cards (bestfit, fgd, fragfit). All CPU is in milli-cores;
 // CPUCap 0 means unknown and CPU is then ignored.
 type Env struct {
 	// Workload is the target workload (FGD's typical pods); nil or empty
@@ -59,7 +54,7 @@ type Env struct {
 	CPULeft, CPUCap int64
 	// PodCPU is the pod's CPU request.
 	PodCPU int64
-	// Rank is the node's NodeRank, fragpack's tie-break.
+	// Rank is the node's NodeRank, fragfit's last tie-break.
 	Rank int64
 }
 

@@ -79,8 +79,6 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
 	case frag && nodePolicy == FragFit:
 		score = fragFitRaw(before, envFrag(cards, env, env.cpuLeftAfter()), cards, env.Rank)
-	case frag:
-		score = fragPackRaw(before, envFrag(cards, env, env.cpuLeftAfter()), env.Rank)
 	case req.Class == protocol.ClassGeneral && (nodePolicy == BestFit || nodePolicy.fragAware()):
 		score = bestFitScore(cards, env)
 	default:
@@ -121,18 +119,6 @@ func bestFitScore(cards []ledger.Card, env *Env) int64 {
 	return int64((1 - left) * MaxScore)
 }
 
-// fragPackQuantum is fragpack's unit of fragmentation: a tenth of a card.
-// Coarser than exact (the trace replay: 95.55% at 130% arrivals on seeds
-// 42–45 against 95.36% at 40 milli and 95.15% at 250), so that among nodes
-// whose fragmentation grows about alike the fixed node rank decides, which
-// keeps filling the same nodes instead of spreading over equals.
-const fragPackQuantum = 100
-
-// fragPackRaw is the quantized fragmentation decrease, then the node's rank.
-func fragPackRaw(before, after float64, rank int64) int64 {
-	return int64(math.Floor((before-after)/fragPackQuantum))*RankRange + rank
-}
-
 // fitRange bounds the free capacity, in milli-cards, by which fragfit
 // orders nodes of equal FGD score (65 cards: more than any node has).
 const fitRange = 1 << 16
@@ -168,7 +154,7 @@ func NodeRank(name string) int64 {
 }
 
 // Normalize maps raw scores of the candidate nodes to [0, MaxScore] in place.
-// Most policies stretch [lo, hi] linearly; fragpack keeps its fine resolution
+// Most policies stretch [lo, hi] linearly; fragfit keeps its fine resolution
 // where it decides (at the top): the best node gets MaxScore and every other
 // one loses a point per unit below it.
 func Normalize(policy Policy, scores []int64) {
@@ -192,7 +178,7 @@ func Normalize(policy Policy, scores []int64) {
 		switch {
 		case s < -Preferred/2:
 			scores[i] = 0 // a mixed node, while another node fits
-		case policy == FragPack || policy == FragFit:
+		case policy == FragFit:
 			scores[i] = max(0, MaxScore-(hi-s))
 		case hi == lo:
 			scores[i] = MaxScore

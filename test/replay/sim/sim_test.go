@@ -87,7 +87,7 @@ func TestReplaySynthetic(t *testing.T) {
 	}
 	// Packing beats spreading on a trace that fills the cluster.
 	for _, mode := range []Mode{Paper, QGPU} {
-		for _, p := range []placement.Policy{placement.FGD, placement.FragPack, placement.Binpack} {
+		for _, p := range []placement.Policy{placement.FGD, placement.FragFit, placement.Binpack} {
 			if a, s := at130[fmt.Sprintf("%s/%s", mode, p)], at130[fmt.Sprintf("%s/spread", mode)]; a <= s {
 				t.Errorf("%s %s: %.2f%% at 130%%, spread %.2f%%: want more", mode, p, a, s)
 			}
