@@ -35,10 +35,15 @@ func main() {
 	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (the qGPU accounting of docs/design.md)")
 	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
 	out := flag.String("out", "", "directory for replay.csv and replay.png (none if empty)")
+	var classes sim.Classes
+	flag.IntVar(&classes.MixedPct, "mixed-nodes", 0, "qgpu mode: percent of nodes labelled mixed (online and offline pods fit only there)")
+	flag.IntVar(&classes.SharedPct, "class-pods", 0, "qgpu mode: percent of the pods taking part of one card that are online or offline (half each)")
+	flag.BoolVar(&classes.MixedAlike, "mixed-alike", false, "qgpu mode: general pods treat mixed nodes as any other (the baseline: without keeping off them)")
 	flag.Parse()
 	policies, err := parsePolicies(*policyFlag, *profile, sim.Mode(*modeFlag))
 	if err == nil {
-		err = run(*nodesPath, *podsPath, policies, *seedsFlag, sim.Mode(*modeFlag), sim.TieBreak(*ties), *out)
+		base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Classes: classes, MaxArrivalPct: 130}
+		err = run(*nodesPath, *podsPath, policies, *seedsFlag, base, *out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replay:", err)
@@ -46,12 +51,19 @@ func main() {
 	}
 }
 
-func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag string, mode sim.Mode, ties sim.TieBreak, out string) error {
-	if ties != sim.FirstNode && ties != sim.RandomTie {
-		return fmt.Errorf("--ties %q: want first or random", ties)
+func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag string, base sim.Config, out string) error {
+	mode := base.Mode
+	if base.Ties != sim.FirstNode && base.Ties != sim.RandomTie {
+		return fmt.Errorf("--ties %q: want first or random", base.Ties)
 	}
 	if mode != sim.Paper && mode != sim.QGPU {
 		return fmt.Errorf("--mode %q: want paper or qgpu", mode)
+	}
+	if err := base.Classes.Validate(); err != nil {
+		return fmt.Errorf("--%w", err)
+	}
+	if mode == sim.Paper && base.Classes != (sim.Classes{}) {
+		return fmt.Errorf("--mixed-nodes, --class-pods and --mixed-alike: qgpu mode only (the paper has no online and offline pods)")
 	}
 	seeds, err := parseSeeds(seedsFlag)
 	if err != nil {
@@ -65,8 +77,8 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	if err != nil {
 		return err
 	}
-	results := replayAll(nodes, pods, mode, ties, policies, seeds)
-	printTable(os.Stdout, mode, policies, seeds, results)
+	results := replayAll(nodes, pods, base, policies, seeds)
+	printTable(os.Stdout, base, policies, seeds, results)
 	if out != "" {
 		if err := os.MkdirAll(out, 0o755); err != nil {
 			return err
@@ -138,7 +150,8 @@ func parseSeeds(s string) ([]int64, error) {
 }
 
 // replayAll runs every policy and seed, GOMAXPROCS at a time.
-func replayAll(nodes []sim.Node, pods []sim.Pod, mode sim.Mode, ties sim.TieBreak, policies []placement.Policy, seeds []int64) map[placement.Policy][]sim.Result {
+// base holds the mode, ties, classes and arrival limit every run shares.
+func replayAll(nodes []sim.Node, pods []sim.Pod, base sim.Config, policies []placement.Policy, seeds []int64) map[placement.Policy][]sim.Result {
 	results := map[placement.Policy][]sim.Result{}
 	for _, p := range policies {
 		results[p] = make([]sim.Result, len(seeds))
@@ -152,7 +165,9 @@ func replayAll(nodes []sim.Node, pods []sim.Pod, mode sim.Mode, ties sim.TieBrea
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				r := sim.Run(sim.Config{Nodes: nodes, Pods: pods, Mode: mode, Policy: p, Seed: seed, MaxArrivalPct: 130, Ties: ties})
+				cfg := base
+				cfg.Nodes, cfg.Pods, cfg.Policy, cfg.Seed = nodes, pods, p, seed
+				r := sim.Run(cfg)
 				mu.Lock()
 				results[p][i] = r
 				mu.Unlock()

@@ -32,25 +32,40 @@ func summarize(rs []sim.Result, pct int) stat {
 	return stat{mean, sd}
 }
 
-func printTable(w io.Writer, mode sim.Mode, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result) {
+func printTable(w io.Writer, base sim.Config, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result) {
 	fmt.Fprintf(w, "mode %s, %d seeds (%d..%d): GPU allocation %% (mean ± sd) at arrived GPU demand %% of capacity\n",
-		mode, len(seeds), seeds[0], seeds[len(seeds)-1])
+		base.Mode, len(seeds), seeds[0], seeds[len(seeds)-1])
+	classes := base.Classes.SharedPct > 0
+	if classes {
+		fmt.Fprintf(w, "%d%% of the nodes mixed, %d%% of the pods taking part of a card online or offline; general pods %s\n",
+			base.Classes.MixedPct, base.Classes.SharedPct, map[bool]string{true: "treat mixed nodes alike", false: "keep off mixed nodes"}[base.Classes.MixedAlike])
+	}
 	fmt.Fprintf(w, "%-10s", "policy")
 	for _, c := range checkpoints {
 		fmt.Fprintf(w, " %15s", fmt.Sprintf("@%d", c))
 	}
-	fmt.Fprintf(w, " %10s\n", "failed@130")
+	fmt.Fprintf(w, " %10s", "failed@130")
+	if classes {
+		fmt.Fprintf(w, " %12s", "class-failed")
+	}
+	fmt.Fprintln(w)
 	for _, p := range policies {
 		fmt.Fprintf(w, "%-10s", p)
 		for _, c := range checkpoints {
 			s := summarize(results[p], c)
 			fmt.Fprintf(w, " %15s", fmt.Sprintf("%.2f ± %.2f", s.mean, s.sd))
 		}
-		var failed int
+		var failed, classFailed int
 		for _, r := range results[p] {
 			failed += r.Failed
+			classFailed += r.ClassFailed
 		}
-		fmt.Fprintf(w, " %10.1f\n", float64(failed)/float64(len(results[p])))
+		n := float64(len(results[p]))
+		fmt.Fprintf(w, " %10.1f", float64(failed)/n)
+		if classes {
+			fmt.Fprintf(w, " %12.1f", float64(classFailed)/n)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

@@ -3,6 +3,7 @@ package sim
 import (
 	"math/rand"
 
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -26,6 +27,10 @@ type selector struct {
 	ties    TieBreak
 	// order is the seed's node order, in which ties go to the first.
 	order []int
+	// mixed marks the mixed nodes (Classes); mixedAlike: general pods
+	// see them as any other node.
+	mixed      []bool
+	mixedAlike bool
 }
 
 // TieBreak is how the replay picks among nodes with the best score.
@@ -41,7 +46,7 @@ const (
 
 func newSelector(cl *cluster, policy placement.Policy, work *placement.Workload, order []int, rng *rand.Rand, ties TieBreak) *selector {
 	s := &selector{cl: cl, policy: policy, work: work, rng: rng, ties: ties, order: order,
-		scratch: make([][]ledger.Card, len(cl.nodes)), ranks: make([]int64, len(cl.nodes))}
+		scratch: make([][]ledger.Card, len(cl.nodes)), ranks: make([]int64, len(cl.nodes)), mixed: make([]bool, len(cl.nodes))}
 	for i := range cl.cards {
 		s.scratch[i] = make([]ledger.Card, len(cl.cards[i]))
 		s.ranks[i] = placement.NodeRank(cl.nodes[i].Name)
@@ -67,7 +72,8 @@ func (s *selector) scoreNodes(pod *Pod, req *request.Request) ([]int, []int64) {
 		env.Rank = s.ranks[i]
 		var reason string
 		var score int64
-		s.choices, score, reason = placement.Evaluate(s.scratch[i], false, req, s.policy, s.policy, env, s.choices[:0])
+		mixed := s.mixed[i] && (req.Class != protocol.ClassGeneral || !s.mixedAlike)
+		s.choices, score, reason = placement.Evaluate(s.scratch[i], mixed, req, s.policy, s.policy, env, s.choices[:0])
 		if reason != "" {
 			continue
 		}

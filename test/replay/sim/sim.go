@@ -5,6 +5,7 @@ import (
 	"math/rand"
 	"sort"
 
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -21,6 +22,8 @@ type Config struct {
 	MaxArrivalPct int
 	// Ties picks among equal best nodes; empty means FirstNode.
 	Ties TieBreak
+	// Classes mixes online and offline pods in (qgpu mode only).
+	Classes Classes
 }
 
 // Result is the allocation curve: Alloc[k] is the share of GPU capacity
@@ -29,8 +32,9 @@ type Config struct {
 // over 129.5–130%); a k no arrival rounds to carries the allocation then.
 type Result struct {
 	Alloc []float64
-	// Placed and Failed count arrivals.
-	Placed, Failed int
+	// Placed and Failed count arrivals; ClassFailed the online and
+	// offline pods among the failed.
+	Placed, Failed, ClassFailed int
 }
 
 // cluster is the replay's state, one entry per node.
@@ -113,8 +117,13 @@ func Run(cfg Config) Result {
 		capacity += int64(cfg.Nodes[i].GPUs) * 1000
 	}
 	reqs := make([]*request.Request, len(cfg.Pods))
+	var general []Pod // the workload FGD measures: the scheduler learns it from general pods
 	for i := range cfg.Pods {
-		reqs[i] = conv.Request(&cfg.Pods[i])
+		class := cfg.Classes.class(&cfg.Pods[i])
+		reqs[i] = asClass(conv.Request(&cfg.Pods[i]), class)
+		if class == protocol.ClassGeneral {
+			general = append(general, cfg.Pods[i])
+		}
 	}
 	order := NodeOrder(len(cfg.Nodes), cfg.Seed)
 	var s placer
@@ -125,7 +134,9 @@ func Run(cfg Config) Result {
 		if ties == "" {
 			ties = FirstNode
 		}
-		s = newSelector(cl, cfg.Policy, conv.Workload(cfg.Pods), order, rand.New(rand.NewSource(cfg.Seed+1)), ties)
+		sel := newSelector(cl, cfg.Policy, conv.Workload(general), order, rand.New(rand.NewSource(cfg.Seed+1)), ties)
+		sel.mixed, sel.mixedAlike = cfg.Classes.mixedNodes(cfg.Nodes), cfg.Classes.MixedAlike
+		s = sel
 	}
 	return replay(cfg, s, reqs, rng, capacity)
 }
@@ -143,6 +154,9 @@ func replay(cfg Config, s placer, reqs []*request.Request, rng *rand.Rand, capac
 			res.Placed++
 		} else {
 			res.Failed++
+			if reqs[p].Class != protocol.ClassGeneral {
+				res.ClassFailed++
+			}
 		}
 		arrived += pod.GPUDemand()
 		if k := int(math.Floor(float64(arrived)*100/float64(capacity) + 0.5)); k >= 0 && k <= cfg.MaxArrivalPct {
