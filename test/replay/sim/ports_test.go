@@ -184,6 +184,51 @@ func TestPortFeasible(t *testing.T) {
 	}
 }
 
+// Random draws the simulator's numbers: one Intn over the feasible nodes
+// listed by name (the scheduler's node list), none when a single node is
+// feasible (kube-scheduler does not score then), whatever the tie order.
+func TestRandomPort(t *testing.T) {
+	node := func(name string, cpu int64) Node {
+		return Node{Name: name, CPUMilli: cpu, MemoryMiB: 1 << 20, GPUs: 1, Model: "T4"}
+	}
+	tests := []struct {
+		name  string
+		nodes []Node
+		// want is the node taking the pod given the first Intn(feasible)
+		// of the source; draws is how many numbers place takes from it.
+		want  func(first int) int
+		draws int
+	}{
+		{"three feasible, drawn by name", []Node{node("c", 8000), node("b", 8000), node("a", 8000)},
+			func(first int) int { return []int{2, 1, 0}[first] }, 1},
+		{"one feasible, no draw", []Node{node("c", 8000), node("b", 100), node("a", 100)},
+			func(int) int { return 0 }, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := int64(1); seed <= 6; seed++ {
+				cl := newCluster(Paper, tt.nodes)
+				s := newPortSelector(cl, Random, []int{0, 1, 2}, rand.New(rand.NewSource(seed)), typicalOf(Pod{CPUMilli: 1000}))
+				if !s.place(&Pod{CPUMilli: 1000}) {
+					t.Fatal("no node took the pod")
+				}
+				ref := rand.New(rand.NewSource(seed))
+				want := tt.want(ref.Intn(3))
+				if cl.cpuLeft[want] != tt.nodes[want].CPUMilli-1000 {
+					t.Errorf("seed %d: the pod went elsewhere than node %s (cpu left %v)", seed, tt.nodes[want].Name, cl.cpuLeft)
+				}
+				ref = rand.New(rand.NewSource(seed))
+				for range tt.draws {
+					ref.Int63()
+				}
+				if got, next := s.rng.Int63(), ref.Int63(); got != next {
+					t.Errorf("seed %d: place took other than %d draws from the source", seed, tt.draws)
+				}
+			}
+		})
+	}
+}
+
 func TestReadPodsVariants(t *testing.T) {
 	dir := t.TempDir()
 	tests := []struct {

@@ -150,7 +150,7 @@ func Run(cfg Config) Result {
 	order := NodeOrder(cfg.Nodes, rng)
 	var s placer
 	if IsPort(cfg.Policy) {
-		s = portPlacer{newPortSelector(cl, cfg.Policy, order, rand.New(rand.NewSource(cfg.Seed+1)), typicalShapes(cfg.Pods))}
+		s = portPlacer{newPortSelector(cl, cfg.Policy, order, rng, typicalShapes(cfg.Pods))}
 	} else {
 		ties := cfg.Ties
 		if ties == "" {
