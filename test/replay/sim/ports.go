@@ -33,7 +33,8 @@ const (
 	// pod, each over the largest node's, min-max normalized.
 	BestFit placement.Policy = "BestFit"
 	// FGD is fragmentation gradient descent with the simulator's truncated
-	// sigmoid score.
+	// sigmoid score; a pod asking a share of a card takes the card that
+	// score prefers.
 	FGD placement.Policy = "FGD"
 )
 
@@ -313,15 +314,18 @@ func (s *portSelector) allocate(n int, pod *Pod) {
 	}
 }
 
-// shareCard is the card a pod asking a share of one takes: a random card
-// for Random, else the tightest (first on ties). FGD too: its code reads
-// as if its own score chose the card (the first best), but only the
-// tightest card reproduces its published results (docs/performance.md
-// #validating-the-replay: its own card gave 94.96 against 95.39 on the
-// default trace and 93.25 against 94.15 on gpushare40, seeds 42-43; the
-// tightest card is within 0.05 on every variant, seeds 42-51).
+// shareCard is the card a pod asking a share of one takes, as the
+// simulator's Open-Gpu-Share Reserve picks it with the GpuSelMethod its
+// experiment scripts configure (generate_config_and_run.py): a random card
+// that fits for Random (allocateGpuIdBasedOnRandomFit), FGD's own choice
+// for FGD (the script sets the method to the FGDScore plugin, whose
+// allocateGpuIdBasedOnFGDScore it registers; fgdCard), and the tightest
+// card, first on ties, for the others ("best": allocateGpuIdBasedOnBestFit).
 func (s *portSelector) shareCard(n int, pod *Pod) int {
 	cards := s.cl.cards[n]
+	if s.policy == FGD {
+		return s.fgdCard(n, pod)
+	}
 	best, seen := -1, 0
 	for i := range cards {
 		l := left(&cards[i])

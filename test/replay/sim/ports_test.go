@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -181,6 +183,49 @@ func TestPortFeasible(t *testing.T) {
 		if got := s.feasible(0, &tt.pod); got != tt.want {
 			t.Errorf("%s: feasible = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// A pod asking a share of a card takes the card the simulator's Reserve
+// gives it: the tightest that fits for the ports configured with "best",
+// and for FGD the first card with FGD's best score. Here the typical pod
+// asks 500: the 400-milli pod on the 600 card (the tightest) leaves 200
+// no typical pod fits, on a free card it leaves 600 that one fits.
+func TestShareCard(t *testing.T) {
+	pod := Pod{CPUMilli: 1000, NumGPU: 1, GPUMilli: 400}
+	typ := typicalOf(Pod{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500})
+	tests := []struct {
+		policy placement.Policy
+		used   []int64
+		want   int
+	}{
+		{GpuPacking, []int64{0, 400, 0}, 1},
+		{GpuClustering, []int64{0, 400, 0}, 1},
+		{BestFit, []int64{0, 400, 0}, 1},
+		{DotProd, []int64{0, 400, 0}, 1},
+		{FGD, []int64{0, 400, 0}, 0},
+		{FGD, []int64{400, 0, 700}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s %v", tt.policy, tt.used), func(t *testing.T) {
+			cl := newCluster(Paper, []Node{{Name: "a", CPUMilli: 8000, MemoryMiB: 1 << 20, GPUs: len(tt.used), Model: "T4"}})
+			for i, u := range tt.used {
+				if u > 0 {
+					cl.cards[0][i].Take(protocol.ClassGeneral, u, 0, true)
+				}
+			}
+			s := newPortSelector(cl, tt.policy, []int{0}, rand.New(rand.NewSource(1)), typ)
+			s.allocate(0, &pod)
+			var got []int64
+			for i := range cl.cards[0] {
+				got = append(got, milli-left(&cl.cards[0][i]))
+			}
+			want := slices.Clone(tt.used)
+			want[tt.want] += pod.GPUMilli
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("GPU-milli used per card after the pod (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
 

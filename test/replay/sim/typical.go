@@ -183,6 +183,35 @@ func (s *portSelector) fgd(n int, pod *Pod) int64 {
 	return fgdScore(before, s.typical.frag(model, cpuAfter, lefts))
 }
 
+// fgdCard is the card FGD gives a pod asking a share of one on node n
+// (fgd_score.go, allocateGpuIdBasedOnFGDScore through
+// calculateGpuShareFragExtendScore): the first card with the best
+// truncated score. allocate has already taken the pod's CPU from the node;
+// the simulator's Reserve reads the node from the cycle's snapshot, before
+// the pod.
+func (s *portSelector) fgdCard(n int, pod *Pod) int {
+	cards, model := s.cl.cards[n], s.cl.nodes[n].Model
+	lefts := make([]int64, len(cards))
+	for i := range cards {
+		lefts[i] = left(&cards[i])
+	}
+	cpuAfter := s.cl.cpuLeft[n]
+	before := s.typical.frag(model, cpuAfter+pod.CPUMilli, lefts)
+	best, bestScore := -1, int64(0)
+	for i, l := range lefts {
+		if l < pod.GPUMilli {
+			continue
+		}
+		lefts[i] -= pod.GPUMilli
+		score := fgdScore(before, s.typical.frag(model, cpuAfter, lefts))
+		lefts[i] += pod.GPUMilli
+		if best < 0 || score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
+}
+
 // sameLeftEarlier reports whether an earlier card has the same room: it
 // scores the same.
 func sameLeftEarlier(lefts []int64, i int) bool {
