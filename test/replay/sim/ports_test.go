@@ -118,6 +118,41 @@ func TestTypicalFrag(t *testing.T) {
 	}
 }
 
+// FGD's truncated score ties where the simulator's does: the frag is
+// summed per kind of fragment, then the kinds in the simulator's order,
+// with the simulator's weights (count over all pods, over the kept share).
+// Here a 200-milli pod with one core leaves the node's fragmentation
+// exactly as it was (+600 stranded for the 700-milli shape, weight 30,
+// against -200 idle for shapes of weight 25+21+20+14+10): the simulator's
+// sums give a decrease of 0 up to rounding above it, score 50; one running
+// sum rounds below it, 49.
+func TestFGDScoreRounding(t *testing.T) {
+	var pods []Pod
+	for _, s := range []struct {
+		n int
+		p Pod
+	}{
+		{3, Pod{CPUMilli: 4000, NumGPU: 1, GPUMilli: 500}}, // beyond 95%: dropped
+		{21, Pod{CPUMilli: 8000, NumGPU: 1, GPUMilli: 1000}},
+		{14, Pod{CPUMilli: 2000}},
+		{10, Pod{CPUMilli: 6000, NumGPU: 1, GPUMilli: 300, Models: []string{"V100M32"}}},
+		{25, Pod{CPUMilli: 6000, NumGPU: 2, GPUMilli: 1000}},
+		{18, Pod{CPUMilli: 1000, NumGPU: 1, GPUMilli: 250}},
+		{30, Pod{CPUMilli: 3000, NumGPU: 1, GPUMilli: 700}},
+		{20, Pod{CPUMilli: 9000, NumGPU: 4, GPUMilli: 1000}},
+	} {
+		for range s.n {
+			pods = append(pods, s.p)
+		}
+	}
+	typ := typicalShapes(pods)
+	before := typ.frag("T4", 5000, []int64{800, 400, 800, 600})
+	after := typ.frag("T4", 4000, []int64{800, 400, 600, 600})
+	if got := fgdScore(before, after); got != 50 {
+		t.Errorf("fgdScore = %d (decrease %g), want 50", got, before-after)
+	}
+}
+
 // typicalShapes keeps the most frequent shapes up to 95% of the pods and
 // renormalises their weights to 1.
 func TestTypicalShapes(t *testing.T) {
