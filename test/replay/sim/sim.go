@@ -107,10 +107,13 @@ func NodeOrder(nodes []Node, rng *rand.Rand) []int {
 	return order
 }
 
-// informerDraws is how many informers kube-scheduler 1.20 starts when the
-// simulator runs it (pods, nodes, CSI nodes, persistent volumes and
-// claims, services, replication controllers, replica sets, stateful sets,
-// pod disruption budgets; storage classes were started before the seed).
+// informerDraws is the number of those draws: ten reproduces the
+// simulator's published per-seed results (docs/performance.md
+// #validating-the-replay), and is as many informers as kube-scheduler 1.20
+// starts for the simulator's profile by our count (pods, nodes, CSI nodes,
+// persistent volumes and claims, services, replication controllers,
+// replica sets, stateful sets, pod disruption budgets; storage classes
+// were started before the seed).
 const informerDraws = 10
 
 // sortedBy is the indexes 0..n-1 sorted by key.
