@@ -15,7 +15,9 @@ import (
 // GPU-milli left. docs/performance.md#validating-the-replay says how the
 // ports were checked against the simulator's published results.
 const (
-	// Random takes a feasible node at random, and a random card that fits.
+	// Random takes a feasible node at random, and a random card that fits,
+	// drawing from the seed's source after the node order as the
+	// simulator does (RandomScorePlugin.PreScore, allocateGpuIdBasedOnRandomFit).
 	Random placement.Policy = "Random"
 	// DotProd is the simulator's Tetris-like score over (CPU, GPU) left and
 	// requested, each divided by the largest node's (128 cores, 8 cards),
@@ -31,7 +33,8 @@ const (
 	// pod, each over the largest node's, min-max normalized.
 	BestFit placement.Policy = "BestFit"
 	// FGD is fragmentation gradient descent with the simulator's truncated
-	// sigmoid score.
+	// sigmoid score; a pod asking a share of a card takes the card that
+	// score prefers.
 	FGD placement.Policy = "FGD"
 )
 
@@ -76,11 +79,15 @@ func fullyFree(cards []ledger.Card) (n int) {
 
 // portSelector is one replay's scheduling cycle with a ported policy.
 type portSelector struct {
-	cl      *cluster
-	policy  placement.Policy
-	order   []int
-	rng     *rand.Rand
-	typical *typical
+	cl     *cluster
+	policy placement.Policy
+	// order is the seed's node order, in which ties go to the first;
+	// listed is the scheduler's list of nodes (by name, the order the
+	// simulator creates them in), in which Random's draw indexes the
+	// feasible ones.
+	order, listed []int
+	rng           *rand.Rand
+	typical       *typical
 	// affinity counts the GPU pods of each kind on each node
 	// (GpuClustering): key 0 a share of a card, k for k whole cards.
 	affinity []map[int]int
@@ -94,6 +101,7 @@ type portSelector struct {
 
 func newPortSelector(cl *cluster, policy placement.Policy, order []int, rng *rand.Rand, typ *typical) *portSelector {
 	s := &portSelector{cl: cl, policy: policy, order: order, rng: rng, typical: typ,
+		listed:   sortedBy(len(cl.nodes), func(i int) string { return cl.nodes[i].Name }),
 		affinity: make([]map[int]int, len(cl.nodes)), frag: make([]float64, len(cl.nodes)), fragOK: make([]bool, len(cl.nodes))}
 	for i := range s.affinity {
 		s.affinity[i] = map[int]int{}
@@ -138,7 +146,11 @@ func modelAllowed(models []string, model string) bool {
 // place schedules one pod and reports whether a node took it.
 func (s *portSelector) place(pod *Pod) bool {
 	s.cand, s.scores = s.cand[:0], s.scores[:0]
-	for _, n := range s.order {
+	nodes := s.order
+	if s.policy == Random {
+		nodes = s.listed
+	}
+	for _, n := range nodes {
 		if s.feasible(n, pod) {
 			s.cand = append(s.cand, n)
 			s.scores = append(s.scores, s.score(n, pod))
@@ -152,7 +164,11 @@ func (s *portSelector) place(pod *Pod) bool {
 	}
 	best := 0
 	if s.policy == Random {
-		best = s.rng.Intn(len(s.cand))
+		// kube-scheduler scores (and RandomScore draws) only when more
+		// than one node is feasible.
+		if len(s.cand) > 1 {
+			best = s.rng.Intn(len(s.cand))
+		}
 	} else {
 		for k := range s.cand {
 			if s.scores[k] > s.scores[best] {
@@ -298,15 +314,18 @@ func (s *portSelector) allocate(n int, pod *Pod) {
 	}
 }
 
-// shareCard is the card a pod asking a share of one takes: a random card
-// for Random, else the tightest (first on ties). FGD too: its code reads
-// as if its own score chose the card (the first best), but only the
-// tightest card reproduces its published results (docs/performance.md
-// #validating-the-replay: its own card gave 94.96 against 95.39 on the
-// default trace and 93.25 against 94.15 on gpushare40, seeds 42-43; the
-// tightest card is within 0.05 on every variant, seeds 42-51).
+// shareCard is the card a pod asking a share of one takes, as the
+// simulator's Open-Gpu-Share Reserve picks it with the GpuSelMethod its
+// experiment scripts configure (generate_config_and_run.py): a random card
+// that fits for Random (allocateGpuIdBasedOnRandomFit), FGD's own choice
+// for FGD (the script sets the method to the FGDScore plugin, whose
+// allocateGpuIdBasedOnFGDScore it registers; fgdCard), and the tightest
+// card, first on ties, for the others ("best": allocateGpuIdBasedOnBestFit).
 func (s *portSelector) shareCard(n int, pod *Pod) int {
 	cards := s.cl.cards[n]
+	if s.policy == FGD {
+		return s.fgdCard(n, pod)
+	}
 	best, seen := -1, 0
 	for i := range cards {
 		l := left(&cards[i])

@@ -1,10 +1,12 @@
 package sim
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -116,6 +118,41 @@ func TestTypicalFrag(t *testing.T) {
 	}
 }
 
+// FGD's truncated score ties where the simulator's does: the frag is
+// summed per kind of fragment, then the kinds in the simulator's order,
+// with the simulator's weights (count over all pods, over the kept share).
+// Here a 200-milli pod with one core leaves the node's fragmentation
+// exactly as it was (+600 stranded for the 700-milli shape, weight 30,
+// against -200 idle for shapes of weight 25+21+20+14+10): the simulator's
+// sums give a decrease of 0 up to rounding above it, score 50; one running
+// sum rounds below it, 49.
+func TestFGDScoreRounding(t *testing.T) {
+	var pods []Pod
+	for _, s := range []struct {
+		n int
+		p Pod
+	}{
+		{3, Pod{CPUMilli: 4000, NumGPU: 1, GPUMilli: 500}}, // beyond 95%: dropped
+		{21, Pod{CPUMilli: 8000, NumGPU: 1, GPUMilli: 1000}},
+		{14, Pod{CPUMilli: 2000}},
+		{10, Pod{CPUMilli: 6000, NumGPU: 1, GPUMilli: 300, Models: []string{"V100M32"}}},
+		{25, Pod{CPUMilli: 6000, NumGPU: 2, GPUMilli: 1000}},
+		{18, Pod{CPUMilli: 1000, NumGPU: 1, GPUMilli: 250}},
+		{30, Pod{CPUMilli: 3000, NumGPU: 1, GPUMilli: 700}},
+		{20, Pod{CPUMilli: 9000, NumGPU: 4, GPUMilli: 1000}},
+	} {
+		for range s.n {
+			pods = append(pods, s.p)
+		}
+	}
+	typ := typicalShapes(pods)
+	before := typ.frag("T4", 5000, []int64{800, 400, 800, 600})
+	after := typ.frag("T4", 4000, []int64{800, 400, 600, 600})
+	if got := fgdScore(before, after); got != 50 {
+		t.Errorf("fgdScore = %d (decrease %g), want 50", got, before-after)
+	}
+}
+
 // typicalShapes keeps the most frequent shapes up to 95% of the pods and
 // renormalises their weights to 1.
 func TestTypicalShapes(t *testing.T) {
@@ -181,6 +218,94 @@ func TestPortFeasible(t *testing.T) {
 		if got := s.feasible(0, &tt.pod); got != tt.want {
 			t.Errorf("%s: feasible = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// A pod asking a share of a card takes the card the simulator's Reserve
+// gives it: the tightest that fits for the ports configured with "best",
+// and for FGD the first card with FGD's best score. Here the typical pod
+// asks 500: the 400-milli pod on the 600 card (the tightest) leaves 200
+// no typical pod fits, on a free card it leaves 600 that one fits.
+func TestShareCard(t *testing.T) {
+	pod := Pod{CPUMilli: 1000, NumGPU: 1, GPUMilli: 400}
+	typ := typicalOf(Pod{CPUMilli: 1000, NumGPU: 1, GPUMilli: 500})
+	tests := []struct {
+		policy placement.Policy
+		used   []int64
+		want   int
+	}{
+		{GpuPacking, []int64{0, 400, 0}, 1},
+		{GpuClustering, []int64{0, 400, 0}, 1},
+		{BestFit, []int64{0, 400, 0}, 1},
+		{DotProd, []int64{0, 400, 0}, 1},
+		{FGD, []int64{0, 400, 0}, 0},
+		{FGD, []int64{400, 0, 700}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("%s %v", tt.policy, tt.used), func(t *testing.T) {
+			cl := newCluster(Paper, []Node{{Name: "a", CPUMilli: 8000, MemoryMiB: 1 << 20, GPUs: len(tt.used), Model: "T4"}})
+			for i, u := range tt.used {
+				if u > 0 {
+					cl.cards[0][i].Take(protocol.ClassGeneral, u, 0, true)
+				}
+			}
+			s := newPortSelector(cl, tt.policy, []int{0}, rand.New(rand.NewSource(1)), typ)
+			s.allocate(0, &pod)
+			var got []int64
+			for i := range cl.cards[0] {
+				got = append(got, milli-left(&cl.cards[0][i]))
+			}
+			want := slices.Clone(tt.used)
+			want[tt.want] += pod.GPUMilli
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("GPU-milli used per card after the pod (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Random draws the simulator's numbers: one Intn over the feasible nodes
+// listed by name (the scheduler's node list), none when a single node is
+// feasible (kube-scheduler does not score then), whatever the tie order.
+func TestRandomPort(t *testing.T) {
+	node := func(name string, cpu int64) Node {
+		return Node{Name: name, CPUMilli: cpu, MemoryMiB: 1 << 20, GPUs: 1, Model: "T4"}
+	}
+	tests := []struct {
+		name  string
+		nodes []Node
+		// want is the node taking the pod given the first Intn(feasible)
+		// of the source; draws is how many numbers place takes from it.
+		want  func(first int) int
+		draws int
+	}{
+		{"three feasible, drawn by name", []Node{node("c", 8000), node("b", 8000), node("a", 8000)},
+			func(first int) int { return []int{2, 1, 0}[first] }, 1},
+		{"one feasible, no draw", []Node{node("c", 8000), node("b", 100), node("a", 100)},
+			func(int) int { return 0 }, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := int64(1); seed <= 6; seed++ {
+				cl := newCluster(Paper, tt.nodes)
+				s := newPortSelector(cl, Random, []int{0, 1, 2}, rand.New(rand.NewSource(seed)), typicalOf(Pod{CPUMilli: 1000}))
+				if !s.place(&Pod{CPUMilli: 1000}) {
+					t.Fatal("no node took the pod")
+				}
+				ref := rand.New(rand.NewSource(seed))
+				want := tt.want(ref.Intn(3))
+				if cl.cpuLeft[want] != tt.nodes[want].CPUMilli-1000 {
+					t.Errorf("seed %d: the pod went elsewhere than node %s (cpu left %v)", seed, tt.nodes[want].Name, cl.cpuLeft)
+				}
+				ref = rand.New(rand.NewSource(seed))
+				for range tt.draws {
+					ref.Int63()
+				}
+				if got, next := s.rng.Int63(), ref.Int63(); got != next {
+					t.Errorf("seed %d: place took other than %d draws from the source", seed, tt.draws)
+				}
+			}
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package sim
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"sort"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -55,33 +56,34 @@ func newCluster(mode Mode, nodes []Node) *cluster {
 	return c
 }
 
-// Arrivals is the simulator's arrival order: the pods sorted by name and
-// shuffled with the seed; then, while the arrived GPU demand stays within
-// maxPct% of capacity, pods drawn at random (with replacement) are
-// appended; a trace already above it loses random pods instead.
+// Arrivals is the simulator's arrival order, drawn from rng as its
+// Simulate, SortClusterPods and TunePodsByNodeTotalResource draw from the
+// seeded global source (pkg/simulator/core.go and simulator.go): one Int
+// (the seed's debug log line), the pods sorted by name then shuffled
+// (rand.Shuffle); then, while the arrived GPU demand stays within maxPct%
+// of capacity, pods drawn at random (with replacement) from the
+// name-sorted trace are appended (tuneUpPods: it stops at the first pod
+// whose per-card GPU milli would pass the limit, and counts the pod's
+// whole demand), or a trace already above it loses random pods
+// (tuneDownPods). The same seed gives the simulator's own order.
 func Arrivals(pods []Pod, capacity int64, maxPct int, rng *rand.Rand) []int {
-	byName := make([]int, len(pods))
-	for i := range byName {
-		byName[i] = i
-	}
-	sort.SliceStable(byName, func(a, b int) bool { return pods[byName[a]].Name < pods[byName[b]].Name })
-	order := make([]int, len(pods))
-	for i, j := range rng.Perm(len(pods)) {
-		order[i] = byName[j]
-	}
-	limit := capacity * int64(maxPct) / 100
+	rng.Int()
+	byName := sortedBy(len(pods), func(i int) string { return pods[i].Name })
+	order := slices.Clone(byName)
+	rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	limit := float64(capacity) * float64(maxPct) / 100
 	var arrived int64
 	for _, p := range order {
 		arrived += pods[p].GPUDemand()
 	}
-	for arrived > limit && len(order) > 0 {
+	for float64(arrived) > limit && len(order) > 0 {
 		k := rng.Intn(len(order))
 		arrived -= pods[order[k]].GPUDemand()
 		order = append(order[:k], order[k+1:]...)
 	}
-	for len(pods) > 0 {
-		p := rng.Intn(len(pods))
-		if arrived+pods[p].GPUDemand() > limit {
+	for float64(arrived) < limit && len(pods) > 0 {
+		p := byName[rng.Intn(len(pods))]
+		if float64(arrived+pods[p].GPUMilli) > limit {
 			break
 		}
 		order = append(order, p)
@@ -90,11 +92,42 @@ func Arrivals(pods []Pod, capacity int64, maxPct int, rng *rand.Rand) []int {
 	return order
 }
 
-// NodeOrder is the seed's order of the nodes: the simulator prefixes node
-// names with a seeded random string and breaks ties by name, so ties go to
-// the first node in a per-seed random order.
-func NodeOrder(n int, seed int64) []int {
-	return rand.New(rand.NewSource(seed ^ 0x5eed)).Perm(n)
+// NodeOrder is the seed's order of the nodes, drawn from rng after
+// Arrivals as the simulator draws it: runScheduler starts kube-scheduler's
+// informers, each of which draws once from the same global source when it
+// opens its first watch (client-go's reflector: the watch timeout), ten
+// draws (informerDraws); then syncClusterResourceList sorts the nodes by
+// name and prefixes node i of them with rand.Perm's i-th number. Ties go
+// to the smallest name, so to the smallest prefix.
+func NodeOrder(nodes []Node, rng *rand.Rand) []int {
+	for range informerDraws {
+		rng.Int63()
+	}
+	byName := sortedBy(len(nodes), func(i int) string { return nodes[i].Name })
+	order := make([]int, len(nodes))
+	for i, prefix := range rng.Perm(len(nodes)) {
+		order[prefix] = byName[i]
+	}
+	return order
+}
+
+// informerDraws is the number of those draws: ten reproduces the
+// simulator's published per-seed results (docs/performance.md
+// #validating-the-replay), and is as many informers as kube-scheduler 1.20
+// starts for the simulator's profile by our count (pods, nodes, CSI nodes,
+// persistent volumes and claims, services, replication controllers,
+// replica sets, stateful sets, pod disruption budgets; storage classes
+// were started before the seed).
+const informerDraws = 10
+
+// sortedBy is the indexes 0..n-1 sorted by key.
+func sortedBy(n int, key func(int) string) []int {
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return key(idx[a]) < key(idx[b]) })
+	return idx
 }
 
 // placer is a scheduling cycle: the product's placement or a port.
@@ -125,10 +158,11 @@ func Run(cfg Config) Result {
 			general = append(general, cfg.Pods[i])
 		}
 	}
-	order := NodeOrder(len(cfg.Nodes), cfg.Seed)
+	arrivals := Arrivals(cfg.Pods, capacity, cfg.MaxArrivalPct, rng)
+	order := NodeOrder(cfg.Nodes, rng)
 	var s placer
 	if IsPort(cfg.Policy) {
-		s = portPlacer{newPortSelector(cl, cfg.Policy, order, rand.New(rand.NewSource(cfg.Seed+1)), typicalShapes(cfg.Pods))}
+		s = portPlacer{newPortSelector(cl, cfg.Policy, order, rng, typicalShapes(cfg.Pods))}
 	} else {
 		ties := cfg.Ties
 		if ties == "" {
@@ -138,16 +172,16 @@ func Run(cfg Config) Result {
 		sel.mixed, sel.mixedAlike = cfg.Classes.mixedNodes(cfg.Nodes), cfg.Classes.MixedAlike
 		s = sel
 	}
-	return replay(cfg, s, reqs, rng, capacity)
+	return replay(cfg, s, reqs, arrivals, capacity)
 }
 
 // replay feeds the arrivals to the placer and records the allocation curve.
-func replay(cfg Config, s placer, reqs []*request.Request, rng *rand.Rand, capacity int64) Result {
+func replay(cfg Config, s placer, reqs []*request.Request, arrivals []int, capacity int64) Result {
 	res := Result{Alloc: make([]float64, cfg.MaxArrivalPct+1)}
 	sums := make([]float64, cfg.MaxArrivalPct+1)
 	counts := make([]int, cfg.MaxArrivalPct+1)
 	var arrived, allocated int64
-	for _, p := range Arrivals(cfg.Pods, capacity, cfg.MaxArrivalPct, rng) {
+	for _, p := range arrivals {
 		pod := &cfg.Pods[p]
 		if s.place(pod, reqs[p]) {
 			allocated += pod.GPUDemand()

@@ -125,8 +125,8 @@ func TestArrivals(t *testing.T) {
 					seen[p]++
 				}
 			}
-			if arrived > limit || arrived < limit-1000 {
-				t.Errorf("arrived %d, want at most %d and within a card of it", arrived, limit)
+			if arrived > limit+1000 || arrived < limit-1000 {
+				t.Errorf("arrived %d, want within a card of %d", arrived, limit)
 			}
 			for p, n := range seen {
 				if n > 1 {
@@ -143,6 +143,45 @@ func TestArrivals(t *testing.T) {
 	}
 }
 
+// Arrivals draws from the seed's source in the simulator's order, so a
+// seed gives the simulator's own arrivals: one Int, then the name-sorted
+// trace shuffled (rand.Shuffle), then one Intn per re-sampled pod over the
+// name-sorted trace; and it stops re-sampling at the first pod whose
+// per-card GPU milli would pass the limit, so a pod of several cards can
+// end past it (tuneUpPods).
+func TestArrivalsStream(t *testing.T) {
+	pods := []Pod{ // listed against name order
+		{Name: "d", NumGPU: 1, GPUMilli: 500},
+		{Name: "c", NumGPU: 1, GPUMilli: 1000},
+		{Name: "b", NumGPU: 2, GPUMilli: 1000},
+		{Name: "a", NumGPU: 1, GPUMilli: 250},
+	}
+	byName := []int{3, 2, 1, 0}
+	const capacity, pct = 10000, 130
+	rng := rand.New(rand.NewSource(42))
+	rng.Int()
+	want := slices.Clone(byName)
+	rng.Shuffle(len(want), func(i, j int) { want[i], want[j] = want[j], want[i] })
+	arrived := int64(3750)
+	for {
+		p := byName[rng.Intn(len(pods))]
+		if arrived+pods[p].GPUMilli > capacity*pct/100 {
+			break
+		}
+		want, arrived = append(want, p), arrived+pods[p].GPUDemand()
+	}
+	if diff := cmp.Diff(want, Arrivals(pods, capacity, pct, rand.New(rand.NewSource(42)))); diff != "" {
+		t.Errorf("Arrivals (-want +got):\n%s", diff)
+	}
+
+	eight := []Pod{{Name: "x", NumGPU: 8, GPUMilli: 1000}}
+	// 8000 arrived, limit 13000: 8000+1000 fits, so the pod arrives
+	// again (16000); 16000+1000 does not.
+	if got := Arrivals(eight, 10000, 130, rand.New(rand.NewSource(1))); !cmp.Equal(got, []int{0, 0}) {
+		t.Errorf("Arrivals of one 8-card pod = %v, want [0 0]: the limit is checked against one card's milli", got)
+	}
+}
+
 // allPlacer places every pod.
 type allPlacer struct{}
 
@@ -156,7 +195,7 @@ func (allPlacer) place(*Pod, *request.Request) bool { return true }
 func TestReplayWindow(t *testing.T) {
 	pods := []Pod{{Name: "a", NumGPU: 1, GPUMilli: 50}}
 	cfg := Config{Pods: pods, MaxArrivalPct: 20}
-	r := replay(cfg, allPlacer{}, []*request.Request{nil}, rand.New(rand.NewSource(1)), 10000)
+	r := replay(cfg, allPlacer{}, []*request.Request{nil}, Arrivals(pods, 10000, 20, rand.New(rand.NewSource(1))), 10000)
 	if r.Placed != 40 || r.Failed != 0 {
 		t.Fatalf("placed %d, failed %d; want 40 arrivals up to 20%%", r.Placed, r.Failed)
 	}
@@ -168,11 +207,16 @@ func TestReplayWindow(t *testing.T) {
 }
 
 func TestNodeOrder(t *testing.T) {
-	a, b := NodeOrder(50, 42), NodeOrder(50, 43)
+	nodes := make([]Node, 50)
+	for i := range nodes {
+		nodes[i].Name = fmt.Sprintf("n%02d", 49-i) // listed against name order
+	}
+	order := func(seed int64) []int { return NodeOrder(nodes, rand.New(rand.NewSource(seed))) }
+	a, b := order(42), order(43)
 	if cmp.Equal(a, b) {
 		t.Error("seeds 42 and 43 order the nodes alike")
 	}
-	if !cmp.Equal(a, NodeOrder(50, 42)) {
+	if !cmp.Equal(a, order(42)) {
 		t.Error("the same seed orders the nodes differently")
 	}
 	sorted := append([]int(nil), a...)
@@ -180,6 +224,18 @@ func TestNodeOrder(t *testing.T) {
 	for i, v := range sorted {
 		if v != i {
 			t.Fatalf("NodeOrder is not a permutation: %v", a)
+		}
+	}
+	// The simulator prefixes the i-th node by name with Perm's i-th
+	// number, drawn after the scheduler's informers drew theirs.
+	rng := rand.New(rand.NewSource(42))
+	for range informerDraws {
+		rng.Int63()
+	}
+	perm := rng.Perm(len(nodes))
+	for i, prefix := range perm {
+		if byName := len(nodes) - 1 - i; a[prefix] != byName {
+			t.Fatalf("position %d holds node %d, want %s (index %d), the node prefixed %d", prefix, a[prefix], nodes[byName].Name, byName, prefix)
 		}
 	}
 }

@@ -6,9 +6,10 @@ import (
 	"strings"
 )
 
-// popularity is the simulator's podPopularityThreshold: typical pods are the
-// most frequent shapes that together make up this share of all pods.
-const popularity = 0.95
+// popularity is the simulator's podPopularityThreshold, in percent: typical
+// pods are the most frequent shapes that together make up this share of
+// all pods.
+const popularity = 95
 
 // typicalShape is one of the simulator's typical pods: a pod shape keyed by
 // CPU, GPU share, card count and model list, with its renormalised weight.
@@ -66,13 +67,17 @@ func typicalShapes(pods []Pod) *typical {
 		return a.models > b.models
 	})
 	t := &typical{}
-	covered := 0
+	total := float64(len(pods))
+	covered := 0.0
 	for _, k := range keys {
-		if float64(covered) >= popularity*float64(len(pods)) {
+		if covered >= popularity*total/100 {
 			break
 		}
-		covered += count[k]
-		s := typicalShape{cpu: k.cpu, milli: k.milli, num: k.num, weight: float64(count[k]), millis: -1}
+		covered += float64(count[k])
+		// The simulator's weight: the count over all pods, then over the
+		// share the kept shapes cover (GetTypicalPods), in that order,
+		// so the frag sums round as the simulator's do.
+		s := typicalShape{cpu: k.cpu, milli: k.milli, num: k.num, weight: float64(count[k]) / total, millis: -1}
 		if k.models != "" {
 			s.models = strings.Split(k.models, "|")
 		}
@@ -83,7 +88,9 @@ func typicalShapes(pods []Pod) *typical {
 	}
 	t.access = make([]map[string]bool, len(t.shapes))
 	for i := range t.shapes {
-		t.shapes[i].weight /= float64(covered)
+		if len(t.shapes) < len(keys) {
+			t.shapes[i].weight /= covered / total
+		}
 		t.access[i] = map[string]bool{}
 	}
 	return t
@@ -115,7 +122,10 @@ const maxMillis = 128
 // shape, weighted, the node's idle GPU-milli that the shape cannot use —
 // all of it when the shape asks for no GPU, may not use the node's model,
 // or does not fit (too few cards with room, or too little CPU); otherwise
-// that of the cards with less room than the shape's share.
+// that of the cards with less room than the shape's share. The amounts
+// are summed per kind of fragment, then the kinds in the simulator's
+// order (NodeGpuShareFragAmount, FragRatioDataMap), so the sum rounds as
+// the simulator's and FGD's truncated score ties where the simulator's does.
 func (t *typical) frag(model string, cpuLeft int64, lefts []int64) float64 {
 	var total int64
 	for _, l := range lefts {
@@ -132,16 +142,57 @@ func (t *typical) frag(model string, cpuLeft int64, lefts []int64) float64 {
 			}
 		}
 	}
-	var f float64
+	var kinds [fragKinds]float64
 	for si := range t.shapes {
 		s := &t.shapes[si]
-		amount := total
-		if s.millis >= 0 && s.millis < maxMillis && cpuLeft >= s.cpu && fit[s.millis] >= s.num && t.accepts(si, model) {
-			amount = stranded[s.millis]
+		kind, amount := t.fragKind(si, model, cpuLeft, fit[:]), total
+		if kind == q3Satisfied {
+			kind, amount = q2LackGPU, stranded[s.millis]
 		}
-		f += s.weight * float64(amount)
+		kinds[kind] += s.weight * float64(amount)
+	}
+	var f float64
+	for k, v := range kinds {
+		if k != q3Satisfied {
+			f += v
+		}
 	}
 	return f
+}
+
+// The simulator's kinds of fragment, in its order (FragRatioDataMap).
+const (
+	q1LackBoth = iota
+	q2LackGPU
+	q3Satisfied
+	q4LackCPU
+	xlSatisfied
+	xrLackCPU
+	noAccess
+	fragKinds
+)
+
+// fragKind is the simulator's GetNodePodFrag of typical shape si on a node.
+func (t *typical) fragKind(si int, model string, cpuLeft int64, fit []int) int {
+	s := &t.shapes[si]
+	cpuOK := cpuLeft >= s.cpu
+	switch {
+	case s.millis < 0 && cpuOK:
+		return xlSatisfied
+	case s.millis < 0:
+		return xrLackCPU
+	case !t.accepts(si, model):
+		return noAccess
+	case s.millis >= maxMillis:
+		return q1LackBoth // beyond the stack's bound: counted whole, as before
+	case fit[s.millis] >= s.num && cpuOK:
+		return q3Satisfied
+	case fit[s.millis] >= s.num:
+		return q4LackCPU
+	case cpuOK:
+		return q2LackGPU
+	}
+	return q1LackBoth
 }
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
@@ -181,6 +232,35 @@ func (s *portSelector) fgd(n int, pod *Pod) int64 {
 		}
 	}
 	return fgdScore(before, s.typical.frag(model, cpuAfter, lefts))
+}
+
+// fgdCard is the card FGD gives a pod asking a share of one on node n
+// (fgd_score.go, allocateGpuIdBasedOnFGDScore through
+// calculateGpuShareFragExtendScore): the first card with the best
+// truncated score. allocate has already taken the pod's CPU from the node;
+// the simulator's Reserve reads the node from the cycle's snapshot, before
+// the pod.
+func (s *portSelector) fgdCard(n int, pod *Pod) int {
+	cards, model := s.cl.cards[n], s.cl.nodes[n].Model
+	lefts := make([]int64, len(cards))
+	for i := range cards {
+		lefts[i] = left(&cards[i])
+	}
+	cpuAfter := s.cl.cpuLeft[n]
+	before := s.typical.frag(model, cpuAfter+pod.CPUMilli, lefts)
+	best, bestScore := -1, int64(0)
+	for i, l := range lefts {
+		if l < pod.GPUMilli {
+			continue
+		}
+		lefts[i] -= pod.GPUMilli
+		score := fgdScore(before, s.typical.frag(model, cpuAfter, lefts))
+		lefts[i] += pod.GPUMilli
+		if best < 0 || score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
 }
 
 // sameLeftEarlier reports whether an earlier card has the same room: it
