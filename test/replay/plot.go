@@ -6,6 +6,7 @@ import (
 	"image/color"
 	"image/draw"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -21,24 +22,30 @@ import (
 
 // The plot: allocation % (y) against arrived demand % of capacity (x), one
 // curve per policy (the mean over seeds), drawn with image/png and the
-// 7×13 bitmap face of golang.org/x/image. The margins hold the title and
-// the y axis label above the plot area, the tick labels and the x axis label
-// below it. The curves rise along the diagonal and plateau from about 95%
-// arrived, so the legend sits in the plot area's bottom-right corner, which
-// they never reach.
+// 7×13 bitmap face of golang.org/x/image, in two panels: the whole run on
+// the left, and on the right the knee and the plateaus enlarged, where the
+// policies differ by a point or two. The margins hold the title and the y
+// axis label above the panels, the tick labels and the x axis label below.
+// The curves stay on the 50% floor up to about 50% arrived, rise along the
+// diagonal and plateau from about 95%, so the legend sits in the left
+// panel's bottom-right corner, which they never reach.
 const (
-	plotW, plotH = 960, 600
+	plotW, plotH = 1360, 600
 	marginL      = 56
 	marginR      = 24
 	marginT      = 52
 	marginB      = 52
+	mainW        = 840 // the width of the left panel's plot area
+	panelGap     = 56  // room for the right panel's tick labels
 	xMax         = 130
 	yMin, yMax   = 50.0, 100.0
+	detailFrom   = 90 // the arrived % the right panel starts at, before the knee
 
 	textH = 13 // the height of a line of basicfont.Face7x13
 
-	xLabel = "arrived GPU demand, % of cluster capacity"
-	yLabel = "GPU allocated, % of capacity"
+	xLabel      = "arrived GPU demand, % of cluster capacity"
+	yLabel      = "GPU allocated, % of capacity"
+	detailLabel = "the grey box, enlarged"
 )
 
 var (
@@ -46,6 +53,7 @@ var (
 	ink      = color.RGBA{0, 0, 0, 255}
 	gridGrey = color.RGBA{225, 225, 225, 255}
 	axisGrey = color.RGBA{110, 110, 110, 255}
+	boxGrey  = color.RGBA{170, 170, 170, 255}
 	face     = basicfont.Face7x13
 )
 
@@ -82,17 +90,25 @@ func plotTitle(podsPath string, mode sim.Mode, seeds string) string {
 	return fmt.Sprintf("%s, %s mode, seeds %s", filepath.Base(podsPath), mode, seeds)
 }
 
+// writePlot draws the policies' mean curves to a PNG at path, under title,
+// and says on stdout what it drew.
 func writePlot(path, title string, policies []placement.Policy, results map[placement.Policy][]sim.Result) error {
 	img := image.NewRGBA(image.Rect(0, 0, plotW, plotH))
 	fill(img, img.Bounds(), white)
-	drawAxes(img)
+	whole, detail := mainPanel(), detailPanel(policies, results)
+	whole.drawAxes(img)
+	detail.drawAxes(img)
+	whole.outline(img, detail)
 	for i, p := range policies {
-		drawCurve(img, results[p], styleOf(i, len(policies)))
+		st := styleOf(i, len(policies))
+		whole.drawCurve(img, results[p], st)
+		detail.drawCurve(img, results[p], st)
 	}
 	drawLegend(img, policies)
 	drawText(img, title, titleRect(title).Min, ink)
 	drawText(img, xLabel, xLabelRect().Min, ink)
 	drawText(img, yLabel, yLabelRect().Min, ink)
+	drawText(img, detailLabel, detailLabelRect(detail).Min, ink)
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -110,43 +126,85 @@ func writePlot(path, title string, policies []placement.Policy, results map[plac
 	return f.Close()
 }
 
-// plotArea is the rectangle the data is drawn in.
-func plotArea() image.Rectangle {
-	return image.Rect(marginL, marginT, plotW-marginR, plotH-marginB)
+// panel is a plot area and the ranges of data it shows, with a grid line
+// every step.
+type panel struct {
+	area          image.Rectangle
+	x0, x1, xStep float64
+	y0, y1, yStep float64
 }
 
-func toPixel(x, y float64) (int, int) {
-	a := plotArea()
-	px := a.Min.X + int(x/xMax*float64(a.Dx()))
-	y = min(max(y, yMin), yMax)
-	py := a.Max.Y - int((y-yMin)/(yMax-yMin)*float64(a.Dy()))
+// mainPanel shows the whole run.
+func mainPanel() panel {
+	return panel{area: image.Rect(marginL, marginT, marginL+mainW, plotH-marginB),
+		x0: 0, x1: xMax, xStep: 10, y0: yMin, y1: yMax, yStep: 5}
+}
+
+// detailPanel shows the curves from detailFrom % arrived on, its y range
+// fitted to them, in steps of 1, 2, 5 or 10 points.
+func detailPanel(policies []placement.Policy, results map[placement.Policy][]sim.Result) panel {
+	lo, hi := yMax, yMin
+	for _, p := range policies {
+		for pct := detailFrom; pct <= xMax; pct++ {
+			m := summarize(results[p], pct).mean
+			lo, hi = min(lo, m), max(hi, m)
+		}
+	}
+	step := 1.0
+	for _, s := range []float64{1, 2, 5, 10} {
+		if step = s; (hi-lo)/s <= 14 {
+			break
+		}
+	}
+	y0 := max(math.Floor((lo-step/4)/step)*step, 0)
+	y1 := min(math.Ceil((hi+step/4)/step)*step, yMax)
+	return panel{area: image.Rect(marginL+mainW+panelGap, marginT, plotW-marginR, plotH-marginB),
+		x0: detailFrom, x1: xMax, xStep: 5, y0: y0, y1: max(y1, y0+step), yStep: step}
+}
+
+// toPixel is where (x, y) is drawn; y is held within the panel's range.
+func (p panel) toPixel(x, y float64) (int, int) {
+	a := p.area
+	px := a.Min.X + int((x-p.x0)/(p.x1-p.x0)*float64(a.Dx()))
+	y = min(max(y, p.y0), p.y1)
+	py := a.Max.Y - int((y-p.y0)/(p.y1-p.y0)*float64(a.Dy()))
 	return px, py
 }
 
 // drawAxes draws the grid, the axes and the tick labels.
-func drawAxes(img *image.RGBA) {
-	a := plotArea()
-	for x := 0; x <= xMax; x += 10 {
-		px, _ := toPixel(float64(x), yMin)
+func (p panel) drawAxes(img *image.RGBA) {
+	a := p.area
+	for x := p.x0; x <= p.x1; x += p.xStep {
+		px, _ := p.toPixel(x, p.y0)
 		fill(img, image.Rect(px, a.Min.Y, px+1, a.Max.Y), gridGrey)
-		s := strconv.Itoa(x)
+		s := strconv.FormatFloat(x, 'f', -1, 64)
 		drawText(img, s, image.Pt(px-textWidth(s)/2, a.Max.Y+6), ink)
 	}
-	for y := yMin; y <= yMax; y += 5 {
-		_, py := toPixel(0, y)
+	for y := p.y0; y <= p.y1; y += p.yStep {
+		_, py := p.toPixel(p.x0, y)
 		fill(img, image.Rect(a.Min.X, py, a.Max.X, py+1), gridGrey)
-		s := strconv.Itoa(int(y))
+		s := strconv.FormatFloat(y, 'f', -1, 64)
 		drawText(img, s, image.Pt(a.Min.X-6-textWidth(s), py-textH/2), ink)
 	}
 	fill(img, image.Rect(a.Min.X, a.Min.Y, a.Min.X+1, a.Max.Y+1), axisGrey)
 	fill(img, image.Rect(a.Min.X, a.Max.Y, a.Max.X, a.Max.Y+1), axisGrey)
 }
 
-func drawCurve(img *image.RGBA, rs []sim.Result, st style) {
+// outline marks the part of p that other shows.
+func (p panel) outline(img *image.RGBA, other panel) {
+	x0, y0 := p.toPixel(other.x0, other.y1)
+	x1, y1 := p.toPixel(other.x1, other.y0)
+	r := image.Rect(x0, y0, x1+1, y1+1)
+	fill(img, r, boxGrey)
+	fill(img, r.Inset(1), white)
+}
+
+func (p panel) drawCurve(img *image.RGBA, rs []sim.Result, st style) {
 	pen := pen{img: img, style: st}
-	prevX, prevY := toPixel(1, summarize(rs, 1).mean)
-	for pct := 2; pct <= xMax; pct++ {
-		x, y := toPixel(float64(pct), summarize(rs, pct).mean)
+	from := max(int(p.x0), 1)
+	prevX, prevY := p.toPixel(float64(from), summarize(rs, from).mean)
+	for pct := from + 1; pct <= int(p.x1); pct++ {
+		x, y := p.toPixel(float64(pct), summarize(rs, pct).mean)
 		pen.line(prevX, prevY, x, y)
 		prevX, prevY = x, y
 	}
@@ -168,7 +226,7 @@ func legendRect(policies []placement.Policy) image.Rectangle {
 		w = max(w, textWidth(string(p)))
 	}
 	size := image.Pt(2*legendPad+legendSample+legendPad+w, 2*legendPad+len(policies)*legendRow)
-	corner := plotArea().Max.Sub(image.Pt(12, 12))
+	corner := mainPanel().area.Max.Sub(image.Pt(12, 12))
 	return image.Rectangle{Min: corner.Sub(size), Max: corner}
 }
 
@@ -190,9 +248,10 @@ func drawLegend(img *image.RGBA, policies []placement.Policy) {
 	}
 }
 
-// titleRect, xLabelRect and yLabelRect are where those texts are drawn:
-// the title centred above the plot area, the y label above the y axis,
-// and the x label centred below the tick labels.
+// titleRect, xLabelRect, yLabelRect and detailLabelRect are where those
+// texts are drawn: the title centred above the panels, the y label and the
+// right panel's caption above their y axes, and the x label centred below
+// the tick labels of both panels.
 func titleRect(title string) image.Rectangle {
 	return textRect(title, image.Pt((plotW-textWidth(title))/2, 8))
 }
@@ -201,9 +260,13 @@ func yLabelRect() image.Rectangle {
 	return textRect(yLabel, image.Pt(marginL-24, marginT-textH-10))
 }
 
+func detailLabelRect(detail panel) image.Rectangle {
+	return textRect(detailLabel, image.Pt(detail.area.Min.X-24, marginT-textH-10))
+}
+
 func xLabelRect() image.Rectangle {
-	a := plotArea()
-	return textRect(xLabel, image.Pt(a.Min.X+(a.Dx()-textWidth(xLabel))/2, plotH-textH-8))
+	w := plotW - marginL - marginR
+	return textRect(xLabel, image.Pt(marginL+(w-textWidth(xLabel))/2, plotH-textH-8))
 }
 
 // textRect is the box of s drawn with its top-left corner at at.

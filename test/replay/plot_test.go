@@ -47,9 +47,13 @@ func TestWritePlot(t *testing.T) {
 		t.Fatalf("plot is %v, want %v", got, want)
 	}
 
+	whole, detail := mainPanel(), detailPanel(policies, results)
+	if got, want := [2]float64{detail.y0, detail.y1}, [2]float64{68, 94}; got != want {
+		t.Errorf("detail y range %v, want %v (curves from 70 to 92: steps of 2, a quarter step of room)", got, want)
+	}
 	legend := legendRect(policies)
-	if !legend.In(plotArea()) {
-		t.Errorf("legend %v is not inside the plot area %v", legend, plotArea())
+	if !legend.In(whole.area) {
+		t.Errorf("legend %v is not inside the left panel %v", legend, whole.area)
 	}
 	for i, p := range policies {
 		c := styleOf(i, len(policies)).color
@@ -58,11 +62,14 @@ func TestWritePlot(t *testing.T) {
 			t.Errorf("%s: legend sample at %v is not %v", p, at, c)
 		}
 		// The plateau, where the fake curves are apart: the colour is on
-		// the curve near (x, plateau) for some x, dashes or not.
-		x0, y := toPixel(100, plateaus[i])
-		x1, _ := toPixel(110, plateaus[i])
-		if !has(img, image.Rect(x0, y-2, x1, y+3), c) {
-			t.Errorf("%s: no %v on the curve near y=%d between x=%d and %d", p, c, y, x0, x1)
+		// the curve near (x, plateau) for some x, dashes or not, in both
+		// panels.
+		for _, pn := range []panel{whole, detail} {
+			x0, y := pn.toPixel(100, plateaus[i])
+			x1, _ := pn.toPixel(110, plateaus[i])
+			if !has(img, image.Rect(x0, y-2, x1, y+3), c) {
+				t.Errorf("%s: no %v on the curve near y=%d between x=%d and %d", p, c, y, x0, x1)
+			}
 		}
 	}
 
@@ -74,9 +81,10 @@ func TestWritePlot(t *testing.T) {
 		{"title", titleRect(title), title},
 		{"x label", xLabelRect(), xLabel},
 		{"y label", yLabelRect(), yLabel},
+		{"detail label", detailLabelRect(detail), detailLabel},
 	} {
-		if label.at.Overlaps(plotArea()) {
-			t.Errorf("%s %v overlaps the plot area %v", label.name, label.at, plotArea())
+		if label.at.Overlaps(whole.area) || label.at.Overlaps(detail.area) {
+			t.Errorf("%s %v overlaps a panel", label.name, label.at)
 		}
 		// A 7×13 glyph has a dozen or more ink pixels; spaces have none.
 		if got, want := count(img, label.at, ink), 8*len(label.text); got < want {
