@@ -49,6 +49,7 @@ require (
 	go.etcd.io/etcd/server/v3 v3.6.4
 	go.opentelemetry.io/otel/trace v1.41.0
 	go.uber.org/zap v1.27.0
+	golang.org/x/image v0.25.0
 	google.golang.org/grpc v1.72.1
 	k8s.io/api v0.34.10
 	k8s.io/apimachinery v0.34.10

@@ -86,7 +86,7 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 		if err := writeCSV(filepath.Join(out, "replay-"+string(mode)+".csv"), policies, seeds, results); err != nil {
 			return err
 		}
-		if err := writePlot(filepath.Join(out, "replay-"+string(mode)+".png"), policies, results); err != nil {
+		if err := writePlot(filepath.Join(out, "replay-"+string(mode)+".png"), plotTitle(podsPath, mode, seedsFlag), policies, results); err != nil {
 			return err
 		}
 	}
