@@ -52,21 +52,32 @@ func TestFrag(t *testing.T) {
 }
 
 func TestFragPoliciesPickCard(t *testing.T) {
+	half := NewWorkload([]Shape{{MemoryGiB: 500, Cards: 1, CPUMilli: 4000, Weight: 1}})
 	tests := []struct {
 		name   string
 		cards  []ledger.Card
 		mem    int64
 		policy Policy
 		want   [][2]int
+		work   *Workload // nil: halfAndWhole
 	}{
-		{"fgd fills the half card", milliCards(0, 500, 0), 500, FGD, [][2]int{{0, 1}}},
-		{"fragfit fills the half card", milliCards(0, 500, 0), 500, FragFit, [][2]int{{0, 1}}},
-		{"fgd keeps an empty card whole", milliCards(0, 300), 200, FGD, [][2]int{{0, 1}}},
-		{"fragfit keeps an empty card whole", milliCards(0, 300), 200, FragFit, [][2]int{{0, 1}}},
+		{"fgd fills the half card", milliCards(0, 500, 0), 500, FGD, [][2]int{{0, 1}}, nil},
+		{"fragfit fills the half card", milliCards(0, 500, 0), 500, FragFit, [][2]int{{0, 1}}, nil},
+		{"fgd keeps an empty card whole", milliCards(0, 300), 200, FGD, [][2]int{{0, 1}}, nil},
+		{"fragfit keeps an empty card whole", milliCards(0, 300), 200, FragFit, [][2]int{{0, 1}}, nil},
+		// Only half cards wanted: 400 on the empty card leaves 600, room for
+		// one; on the used card it would leave 200, room for none. FGD's
+		// own score sees it, as the paper's simulator picks; fragfit takes
+		// the tightest card.
+		{"fgd takes the card its score prefers", milliCards(0, 400, 0), 400, FGD, [][2]int{{0, 0}}, half},
+		{"fragfit takes the tightest card", milliCards(0, 400, 0), 400, FragFit, [][2]int{{0, 1}}, half},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			env := &Env{Workload: halfAndWhole}
+			env := &Env{Workload: tt.work}
+			if tt.work == nil {
+				env.Workload = halfAndWhole
+			}
 			got, reason := PlaceIn(tt.cards, false, req(general, shared("c", tt.mem, 0)), tt.policy, env, nil)
 			if reason != "" {
 				t.Fatal(reason)
@@ -159,18 +170,21 @@ func TestWorkloadRenormalised(t *testing.T) {
 	}
 }
 
-// fragfit orders nodes by FGD's score, then by the least free capacity
-// left, then by rank.
+// fragfit orders nodes by FGD's score; then, for a pod without cards only,
+// by the least free card capacity; then by rank.
 func TestFragFitRaw(t *testing.T) {
 	tight, loose := milliCards(800, 0), milliCards(0, 0)
+	const cpuOnly, withCards = true, false
 	tests := []struct {
 		name string
 		a, b int64 // raw scores; want a > b
 	}{
-		{"higher FGD score wins over a tighter fit", fragFitRaw(1000, 0, loose, 0), fragFitRaw(0, 0, tight, 999)},
-		{"equal FGD score: the tighter fit", fragFitRaw(0, 0, tight, 0), fragFitRaw(0, 0, loose, 999)},
-		{"equal FGD score and fit: the higher rank", fragFitRaw(0, 0, tight, 5), fragFitRaw(0, 0, tight, 4)},
-		{"below FGD's resolution: the fit decides", fragFitRaw(0, 0, tight, 0), fragFitRaw(10, 0, loose, 0)},
+		{"higher FGD score wins over a tighter fit", fragFitRaw(1000, 0, loose, 0, cpuOnly), fragFitRaw(0, 0, tight, 999, cpuOnly)},
+		{"CPU only, equal FGD score: the fewer free cards", fragFitRaw(0, 0, tight, 0, cpuOnly), fragFitRaw(0, 0, loose, 999, cpuOnly)},
+		{"CPU only, equal FGD score and fit: the higher rank", fragFitRaw(0, 0, tight, 5, cpuOnly), fragFitRaw(0, 0, tight, 4, cpuOnly)},
+		{"CPU only, below FGD's resolution: the fit decides", fragFitRaw(0, 0, tight, 0, cpuOnly), fragFitRaw(10, 0, loose, 0, cpuOnly)},
+		{"with cards, equal FGD score: the rank, not the fit", fragFitRaw(0, 0, loose, 5, withCards), fragFitRaw(0, 0, tight, 4, withCards)},
+		{"with cards, higher FGD score wins over rank", fragFitRaw(1000, 0, loose, 0, withCards), fragFitRaw(0, 0, tight, 999, withCards)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -19,10 +19,12 @@ func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, env 
 			}
 			continue
 		}
-		// fgd and fragfit take the tightest card, as the paper's simulator
-		// does (test/replay/sim/ports.go: only that reproduces its
-		// published FGD results).
-		best := bestShared(cards, req, c, policy, out[start:])
+		var best int
+		if policy == FGD && env.hasWorkload() {
+			best = fgdCard(cards, req, c, env, out[start:])
+		} else {
+			best = bestShared(cards, req, c, policy, out[start:])
+		}
 		if best < 0 {
 			return out[:start], failReason(cards, req)
 		}
@@ -66,6 +68,30 @@ func bestShared(cards []ledger.Card, req *request.Request, c request.Container, 
 func freeAfter(card *ledger.Card, c request.Container) int64 {
 	return (card.FreeMemoryGiB()-c.MemoryGiB)*1000/max(card.MemoryGiB, 1) +
 		(protocol.CoresPerCard-card.UsedCores-c.Cores)*10
+}
+
+// fgdCard is the card FGD itself prefers, as the paper's simulator takes it
+// (test/replay/sim/ports.go, shareCard): the first card with the best
+// truncated FGD score of the node after the container. fragfit takes the
+// tightest card instead (bestShared), as the simulator's other policies do.
+func fgdCard(cards []ledger.Card, req *request.Request, c request.Container, env *Env, chosen []Choice) int {
+	before := envFrag(cards, env, env.CPULeft)
+	best, bestScore := -1, int64(0)
+	for i := range cards {
+		card := &cards[i]
+		newPod := !holds(chosen, i)
+		if !req.MatchesModel(card.Model) || !card.Fits(protocol.ClassGeneral, c.MemoryGiB, c.Cores, newPod) {
+			continue
+		}
+		saved := *card
+		card.Take(protocol.ClassGeneral, c.MemoryGiB, c.Cores, newPod)
+		score := fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
+		*card = saved
+		if best < 0 || score > bestScore {
+			best, bestScore = i, score
+		}
+	}
+	return best
 }
 
 // placeWhole takes k empty cards for one container. binpack takes the lowest

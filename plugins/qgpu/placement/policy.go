@@ -14,12 +14,13 @@ const (
 	// FGD is Fragmentation Gradient Descent (Weng et al., USENIX ATC'23): the
 	// node whose fragmentation, measured against the workload's typical
 	// pods, grows least, scored by the paper's truncated sigmoid; the card
-	// is the tightest, as the paper's simulator takes it.
+	// is the one FGD's score prefers, as the paper's simulator takes it.
 	FGD Policy = "fgd"
 	// FragFit is FGD's node score with the tightest card, and a fixed order
-	// among the nodes FGD rates alike: the least free capacity left, then
-	// a fixed node rank, instead of kube-scheduler's random pick (see
-	// fragFitRaw). It is the shipped default.
+	// among the nodes FGD rates alike instead of kube-scheduler's random
+	// pick: for a pod without cards the node with the fewest free cards
+	// first, then a fixed node rank (see fragFitRaw). It is the shipped
+	// default.
 	FragFit Policy = "fragfit"
 )
 

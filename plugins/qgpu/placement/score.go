@@ -78,7 +78,7 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	case frag && nodePolicy == FGD:
 		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
 	case frag && nodePolicy == FragFit:
-		score = fragFitRaw(before, envFrag(cards, env, env.cpuLeftAfter()), cards, env.Rank)
+		score = fragFitRaw(before, envFrag(cards, env, env.cpuLeftAfter()), cards, env.Rank, len(req.Containers) == 0)
 	case req.Class == protocol.ClassGeneral && (nodePolicy == BestFit || nodePolicy.fragAware()):
 		score = bestFitScore(cards, env)
 	default:
@@ -119,24 +119,41 @@ func bestFitScore(cards []ledger.Card, env *Env) int64 {
 	return int64((1 - left) * MaxScore)
 }
 
-// fitRange bounds the free capacity, in milli-cards, by which fragfit
-// orders nodes of equal FGD score (65 cards: more than any node has).
+// fitRange bounds the free card capacity, in milli-cards, by which fragfit
+// orders the nodes of equal FGD score for a pod without cards (65 cards:
+// more than any node has).
 const fitRange = 1 << 16
 
-// fragFitRaw is fragfit's raw node score: FGD's own score (the paper's
-// truncated sigmoid of the fragmentation decrease: its resolution, not one
-// chosen here), then, among nodes FGD cannot tell apart, the node left
-// with the least free capacity (best fit), then the node's fixed rank. The
-// last two replace a random choice among equals: kube-scheduler picks at
-// random among the best nodes, which spreads pods over nodes that FGD
-// rates alike; a fixed order fills them one after the other, as the
-// paper's simulator did by the order of its node names.
-func fragFitRaw(before, after float64, cards []ledger.Card, rank int64) int64 {
-	var free int64
-	for i := range cards {
-		free += CardFree(&cards[i])
+// fragFitRaw is fragfit's raw node score (docs/performance.md#fragfit-the-shipped-default):
+//
+//  1. FGD's own score, the paper's truncated sigmoid of the fragmentation
+//     decrease: its resolution, not one chosen here.
+//  2. For a pod without cards (CPU only), among the nodes FGD rates alike,
+//     the node with the least free card capacity. Such a pod strands no
+//     card now; what it costs is the CPU it takes, which strands a node's
+//     free cards once too little CPU is left for the pods that would use
+//     them (FGD counts all of a node's free cards as fragment then). The
+//     fewer free cards a node has, the less that can strand: on a node
+//     whose cards are all taken, nothing.
+//  3. The node's fixed rank: among nodes still equal, a fixed order, so
+//     pods fill them one after the other (as the paper's simulator did by
+//     its node names) instead of spreading at random over them as
+//     kube-scheduler's pick among equal scores would.
+//
+// A pod with cards is not ordered by free capacity: a pod that takes a
+// share of the fullest node among equals would leave the free cards of
+// the others as they are, but it also moves which nodes fill first away
+// from the order the CPU-only pods follow, and the two then strand each
+// other's room.
+func fragFitRaw(before, after float64, cards []ledger.Card, rank int64, cpuOnly bool) int64 {
+	var fit int64
+	if cpuOnly {
+		var free int64
+		for i := range cards {
+			free += CardFree(&cards[i])
+		}
+		fit = fitRange - 1 - min(free, fitRange-1)
 	}
-	fit := fitRange - 1 - min(free, fitRange-1)
 	return (fgdScore(before, after)*fitRange+fit)*RankRange + rank
 }
 
