@@ -140,11 +140,11 @@ const fitRange = 1 << 16
 //     its node names) instead of spreading at random over them as
 //     kube-scheduler's pick among equal scores would.
 //
-// A pod with cards is not ordered by free capacity: a pod that takes a
-// share of the fullest node among equals would leave the free cards of
-// the others as they are, but it also moves which nodes fill first away
-// from the order the CPU-only pods follow, and the two then strand each
-// other's room.
+// A pod with cards is not ordered by free capacity: FGD's score already
+// weighs what its cards leave behind, and ordering it by free capacity as
+// well makes the nodes it fills first drift from the fixed order; in the
+// trace replay that did worse on three of the five development variants
+// (docs/performance.md#fragfit-the-shipped-default).
 func fragFitRaw(before, after float64, cards []ledger.Card, rank int64, cpuOnly bool) int64 {
 	var fit int64
 	if cpuOnly {
