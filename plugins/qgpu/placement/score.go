@@ -143,7 +143,7 @@ const fitRange = 1 << 16
 // A pod with cards is not ordered by free capacity: FGD's score already
 // weighs what its cards leave behind, and ordering it by free capacity as
 // well makes the nodes it fills first drift from the fixed order; in the
-// trace replay that did worse on three of the five development variants
+// trace replay that did worse on every development variant
 // (docs/performance.md#fragfit-the-shipped-default).
 func fragFitRaw(before, after float64, cards []ledger.Card, rank int64, cpuOnly bool) int64 {
 	var fit int64
