@@ -16,6 +16,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/args"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/typical"
 )
 
 // Name is the plugin's name in profiles.
@@ -32,7 +33,7 @@ type QGPU struct {
 	cardPolicy placement.Policy
 	synced     []cache.InformerSynced
 	// workload is learned from the pods placed, for fgd, fragpack and fragfit.
-	workload *workloadLearner
+	workload *typical.Learner
 	// scores carries Filter's scores to Score within a cycle.
 	scores scoreStash
 	// refs finds Filter's nodes in the ledger without their names.

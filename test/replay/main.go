@@ -1,7 +1,7 @@
 // Command replay replays the Alibaba openb GPU trace as the FGD paper did and
 // reports, per policy, the share of GPU capacity allocated as arrivals grow.
 //
-//	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--out DIR]
+//	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--typical trace|online] [--out DIR]
 //	go run ./test/replay validate --traces DIR [--seeds 42-51]
 package main
 
@@ -34,11 +34,13 @@ func main() {
 	seedsFlag := flag.String("seeds", "42-51", "seeds: a range A-B or a comma list")
 	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (the qGPU accounting of docs/design.md)")
 	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
+	typical := flag.String("typical", string(sim.FromTrace), "typical pod shapes of fgd, fragpack and fragfit: trace (the whole pod list, the simulator) or online (learned from the pods placed, from none, as the scheduler does)")
 	out := flag.String("out", "", "directory for replay.csv and replay.png (none if empty)")
 	flag.Parse()
 	policies, err := parsePolicies(*policyFlag, *profile, sim.Mode(*modeFlag))
 	if err == nil {
-		err = run(*nodesPath, *podsPath, policies, *seedsFlag, sim.Mode(*modeFlag), sim.TieBreak(*ties), *out)
+		base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Typical: sim.Typical(*typical)}
+		err = run(*nodesPath, *podsPath, policies, *seedsFlag, base, *out)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "replay:", err)
@@ -46,12 +48,18 @@ func main() {
 	}
 }
 
-func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag string, mode sim.Mode, ties sim.TieBreak, out string) error {
-	if ties != sim.FirstNode && ties != sim.RandomTie {
-		return fmt.Errorf("--ties %q: want first or random", ties)
+// run replays every policy and seed with base's mode, tie-break and source
+// of typical shapes.
+func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag string, base sim.Config, out string) error {
+	mode := base.Mode
+	if base.Ties != sim.FirstNode && base.Ties != sim.RandomTie {
+		return fmt.Errorf("--ties %q: want first or random", base.Ties)
 	}
 	if mode != sim.Paper && mode != sim.QGPU {
 		return fmt.Errorf("--mode %q: want paper or qgpu", mode)
+	}
+	if base.Typical != sim.FromTrace && base.Typical != sim.Online {
+		return fmt.Errorf("--typical %q: want trace or online", base.Typical)
 	}
 	seeds, err := parseSeeds(seedsFlag)
 	if err != nil {
@@ -65,7 +73,7 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	if err != nil {
 		return err
 	}
-	results := replayAll(nodes, pods, mode, ties, policies, seeds)
+	results := replayAll(nodes, pods, base, policies, seeds)
 	printTable(os.Stdout, mode, policies, seeds, results)
 	if out != "" {
 		if err := os.MkdirAll(out, 0o755); err != nil {
@@ -137,8 +145,9 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
-// replayAll runs every policy and seed, GOMAXPROCS at a time.
-func replayAll(nodes []sim.Node, pods []sim.Pod, mode sim.Mode, ties sim.TieBreak, policies []placement.Policy, seeds []int64) map[placement.Policy][]sim.Result {
+// replayAll runs every policy and seed, GOMAXPROCS at a time, with base's
+// mode, tie-break and source of typical shapes.
+func replayAll(nodes []sim.Node, pods []sim.Pod, base sim.Config, policies []placement.Policy, seeds []int64) map[placement.Policy][]sim.Result {
 	results := map[placement.Policy][]sim.Result{}
 	for _, p := range policies {
 		results[p] = make([]sim.Result, len(seeds))
@@ -152,7 +161,9 @@ func replayAll(nodes []sim.Node, pods []sim.Pod, mode sim.Mode, ties sim.TieBrea
 			sem <- struct{}{}
 			go func() {
 				defer func() { <-sem; wg.Done() }()
-				r := sim.Run(sim.Config{Nodes: nodes, Pods: pods, Mode: mode, Policy: p, Seed: seed, MaxArrivalPct: 130, Ties: ties})
+				cfg := base
+				cfg.Nodes, cfg.Pods, cfg.Policy, cfg.Seed, cfg.MaxArrivalPct = nodes, pods, p, seed, 130
+				r := sim.Run(cfg)
 				mu.Lock()
 				results[p][i] = r
 				mu.Unlock()

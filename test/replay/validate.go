@@ -70,7 +70,7 @@ func validate(args []string, stdout io.Writer) error {
 			return err
 		}
 		variants++
-		results := replayAll(nodes, pods, sim.Paper, sim.FirstNode, sim.Ports, seeds)
+		results := replayAll(nodes, pods, sim.Config{Mode: sim.Paper, Ties: sim.FirstNode}, sim.Ports, seeds)
 		for _, p := range sim.Ports {
 			s := summarize(results[p], 130)
 			diff := s.mean - v.means[p]
