@@ -30,7 +30,7 @@ func main() {
 	nodesPath := flag.String("nodes", "", "node list CSV (openb_node_list_gpu_node.csv)")
 	podsPath := flag.String("pods", "", "pod list CSV (openb_pod_list_default.csv)")
 	policyFlag := flag.String("policy", "default", "policy, comma list, all, or default (what --profile configures for general pods; with all, it comes last)")
-	profile := flag.String("profile", defaultProfile, "the scheduler profile --policy default reads")
+	profile := flag.String("profile", sim.DefaultProfile, "the scheduler profile --policy default reads")
 	seedsFlag := flag.String("seeds", "42-51", "seeds: a range A-B or a comma list")
 	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (the qGPU accounting of docs/design.md)")
 	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
@@ -97,7 +97,10 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 // file).
 func parsePolicies(s, profile string, mode sim.Mode) ([]placement.Policy, error) {
 	if s == "default" || s == "all" {
-		def, err := profilePolicy(profile)
+		def, err := sim.ProfilePolicy(profile)
+		if err != nil {
+			err = fmt.Errorf("--%w", err)
+		}
 		if err != nil || s == "default" {
 			return []placement.Policy{def}, err
 		}
