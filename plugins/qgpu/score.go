@@ -49,7 +49,7 @@ func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) (in
 		return 0, reason
 	}
 	env := p.env(s, nodeInfo)
-	if p.nodePolicy.FragAware() && req.Class == protocol.ClassGeneral && env.Workload != nil && nodeInfo != nil {
+	if p.nodePolicy.FragAware() && req.Class == protocol.ClassGeneral && env.Workload != nil && env.Workload.Len() > 0 && nodeInfo != nil {
 		// The node before the pod, measured once per change of the node
 		// (fragcache), not once per pod.
 		env.Before = p.frags.For(nodeInfo.Node().Name).Frag(n.Cards, env.CPULeft, env.CPUCap > 0, env.Workload)
