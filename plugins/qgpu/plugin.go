@@ -14,8 +14,10 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/args"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fragcache"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/typical"
 )
 
 // Name is the plugin's name in profiles.
@@ -32,7 +34,9 @@ type QGPU struct {
 	cardPolicy placement.Policy
 	synced     []cache.InformerSynced
 	// workload is learned from the pods placed, for fgd and fragfit.
-	workload *workloadLearner
+	workload *typical.Learner
+	// frags remembers each node's fragmentation between cycles.
+	frags *fragcache.Cache
 	// scores carries Filter's scores to Score within a cycle.
 	scores scoreStash
 	// refs finds Filter's nodes in the ledger without their names.
@@ -78,6 +82,7 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		rejections: registered.rejections,
 		placements: newPlacementCounters(placement.Policy(a.NodePolicy), placement.Policy(a.CardPolicy)),
 		vocab:      newVocabularies(a),
+		frags:      &fragcache.Cache{},
 	}
 	if h == nil || h.SharedInformerFactory() == nil {
 		// Unit tests that feed the ledger by hand.

@@ -55,7 +55,7 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	s.assignment = assignment
 	if !req.NodeExclusive {
 		// A whole node is no shape the policies should learn to leave room for.
-		p.workload.observe(req, s.podCPU)
+		p.workload.Observe(req, s.podCPU)
 	}
 	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil

@@ -15,6 +15,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/args"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/quota"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/typical"
 )
 
 // shared is what every profile of one scheduler process that enables QGPU
@@ -26,7 +27,7 @@ import (
 // factory, which kube-scheduler creates once per process.
 type shared struct {
 	ledger   *ledger.Ledger
-	workload *workloadLearner
+	workload *typical.Learner
 	waiting  *waitingPods
 	// quota is the namespaces' limits and use, fed by the ledger (quota.go).
 	quota  *quota.Tally
@@ -78,7 +79,7 @@ func sharedFor(ctx context.Context, h framework.Handle, a *args.QGPUArgs, path *
 func newShared(a *args.QGPUArgs, activate func(klog.Logger, map[string]*v1.Pod)) *shared {
 	s := &shared{
 		ledger:         ledger.New(int(a.MaxPodsPerCard)),
-		workload:       newWorkloadLearner(),
+		workload:       typical.NewLearner(),
 		waiting:        newWaitingPods(activate),
 		quota:          quota.NewTally(),
 		maxPodsPerCard: a.MaxPodsPerCard,

@@ -1,7 +1,7 @@
 // Command replay replays the Alibaba openb GPU trace as the FGD paper did and
 // reports, per policy, the share of GPU capacity allocated as arrivals grow.
 //
-//	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--out DIR]
+//	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--typical trace|online] [--out DIR]
 //	go run ./test/replay validate --traces DIR [--seeds 42-51]
 package main
 
@@ -30,10 +30,11 @@ func main() {
 	nodesPath := flag.String("nodes", "", "node list CSV (openb_node_list_gpu_node.csv)")
 	podsPath := flag.String("pods", "", "pod list CSV (openb_pod_list_default.csv)")
 	policyFlag := flag.String("policy", "default", "policy, comma list, all, or default (what --profile configures for general pods; with all, it comes last)")
-	profile := flag.String("profile", defaultProfile, "the scheduler profile --policy default reads")
+	profile := flag.String("profile", sim.DefaultProfile, "the scheduler profile --policy default reads")
 	seedsFlag := flag.String("seeds", "42-51", "seeds: a range A-B or a comma list")
 	modeFlag := flag.String("mode", string(sim.Paper), "paper (GPU-milli only) or qgpu (the qGPU accounting of docs/design.md)")
 	ties := flag.String("ties", string(sim.FirstNode), "among equal best nodes: first (the paper's simulator) or random (kube-scheduler)")
+	typical := flag.String("typical", string(sim.FromTrace), "typical pod shapes of fgd and fragfit: trace (the whole pod list, the simulator) or online (learned from the pods placed, from none, as the scheduler does)")
 	out := flag.String("out", "", "directory for replay.csv and replay.png (none if empty)")
 	var classes sim.Classes
 	flag.IntVar(&classes.MixedPct, "mixed-nodes", 0, "qgpu mode: percent of nodes labelled mixed (online and offline pods fit only there)")
@@ -42,7 +43,7 @@ func main() {
 	flag.Parse()
 	policies, err := parsePolicies(*policyFlag, *profile, sim.Mode(*modeFlag))
 	if err == nil {
-		base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Classes: classes, MaxArrivalPct: 130}
+		base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Typical: sim.Typical(*typical), Classes: classes, MaxArrivalPct: 130}
 		err = run(*nodesPath, *podsPath, policies, *seedsFlag, base, *out)
 	}
 	if err != nil {
@@ -51,6 +52,8 @@ func main() {
 	}
 }
 
+// run replays every policy and seed with base's mode, tie-break and source
+// of typical shapes.
 func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag string, base sim.Config, out string) error {
 	mode := base.Mode
 	if base.Ties != sim.FirstNode && base.Ties != sim.RandomTie {
@@ -64,6 +67,9 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	}
 	if mode == sim.Paper && base.Classes != (sim.Classes{}) {
 		return fmt.Errorf("--mixed-nodes, --class-pods and --mixed-alike: qgpu mode only (the paper has no online and offline pods)")
+	}
+	if base.Typical != sim.FromTrace && base.Typical != sim.Online {
+		return fmt.Errorf("--typical %q: want trace or online", base.Typical)
 	}
 	seeds, err := parseSeeds(seedsFlag)
 	if err != nil {
@@ -101,7 +107,10 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 // file).
 func parsePolicies(s, profile string, mode sim.Mode) ([]placement.Policy, error) {
 	if s == "default" || s == "all" {
-		def, err := profilePolicy(profile)
+		def, err := sim.ProfilePolicy(profile)
+		if err != nil {
+			err = fmt.Errorf("--%w", err)
+		}
 		if err != nil || s == "default" {
 			return []placement.Policy{def}, err
 		}
@@ -149,8 +158,8 @@ func parseSeeds(s string) ([]int64, error) {
 	return out, nil
 }
 
-// replayAll runs every policy and seed, GOMAXPROCS at a time.
-// base holds the mode, ties, classes and arrival limit every run shares.
+// replayAll runs every policy and seed, GOMAXPROCS at a time, with base's
+// mode, tie-break, source of typical shapes, classes and arrival limit.
 func replayAll(nodes []sim.Node, pods []sim.Pod, base sim.Config, policies []placement.Policy, seeds []int64) map[placement.Policy][]sim.Result {
 	results := map[placement.Policy][]sim.Result{}
 	for _, p := range policies {

@@ -1,61 +1,22 @@
 package main
 
 import (
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
-	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/test/replay/sim"
 )
 
-func TestProfilePolicy(t *testing.T) {
-	args := func(name, node, card string) string {
-		return "- schedulerName: " + name + "\n  pluginConfig:\n  - name: QGPU\n    args:\n      nodePolicy: " + node + "\n      cardPolicy: " + card + "\n"
-	}
-	for _, tt := range []struct {
-		name, yaml string
-		want       placement.Policy
-		err        string
-	}{
-		{"one profile", "profiles:\n" + args("a", "fgd", "fgd"), placement.FGD, ""},
-		{"two that agree", "profiles:\n" + args("a", "fgd", "fgd") + args("b", "fgd", "fgd"), placement.FGD, ""},
-		{"unset is the plugin's default", "profiles:\n- schedulerName: a\n  pluginConfig:\n  - name: QGPU\n    args: {}\n", placement.FragFit, ""},
-		{"card and node differ", "profiles:\n" + args("a", "spread", "binpack"), "", `nodePolicy "spread" and cardPolicy "binpack"`},
-		{"profiles disagree", "profiles:\n" + args("a", "fgd", "fgd") + args("b", "spread", "spread"), "", `configure "fgd" and "spread"`},
-		{"unknown policy", "profiles:\n" + args("a", "best", "best"), "", `nodePolicy "best" is not one of`},
-		{"no QGPU args", "profiles:\n- schedulerName: a\n", "", "no QGPU pluginConfig"},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "profile.yaml")
-			if err := os.WriteFile(path, []byte(tt.yaml), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			got, err := profilePolicy(path)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("got %q, %v; want an error with %q", got, err, tt.err)
-				}
-				return
-			}
-			if err != nil || got != tt.want {
-				t.Fatalf("got %q, %v; want %q", got, err, tt.want)
-			}
-		})
-	}
-}
-
 // --policy default is what the shipped profile configures.
 func TestShippedProfileIsReadable(t *testing.T) {
-	got, err := profilePolicy(filepath.Join("..", "..", defaultProfile))
+	got, err := sim.ProfilePolicy(filepath.Join("..", "..", sim.DefaultProfile))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !got.Valid() {
 		t.Fatalf("shipped profile's policy %q", got)
 	}
-	pols, err := parsePolicies("default", filepath.Join("..", "..", defaultProfile), sim.Paper)
+	pols, err := parsePolicies("default", filepath.Join("..", "..", sim.DefaultProfile), sim.Paper)
 	if err != nil || len(pols) != 1 || pols[0] != got {
 		t.Fatalf("--policy default: %v, %v; want [%s]", pols, err, got)
 	}

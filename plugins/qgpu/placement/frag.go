@@ -177,3 +177,12 @@ func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 func envFrag(cards []ledger.Card, env *Env, cpuLeft int64) float64 {
 	return Frag(cards, cpuLeft, env.CPUCap > 0, env.Workload)
 }
+
+// fragBefore is envFrag of the node before the pod: env.Before when the
+// caller measured it.
+func fragBefore(cards []ledger.Card, env *Env) float64 {
+	if env.BeforeKnown {
+		return env.Before
+	}
+	return envFrag(cards, env, env.CPULeft)
+}

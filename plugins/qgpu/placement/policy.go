@@ -57,7 +57,17 @@ type Env struct {
 	PodCPU int64
 	// Rank is the node's NodeRank, fragfit's last tie-break.
 	Rank int64
+	// Before, when BeforeKnown, is Frag of the node's cards before the pod,
+	// with this env's CPU and workload, as the caller measured or
+	// remembered it (the plugin: plugins/qgpu/fragcache); otherwise
+	// Evaluate measures it.
+	Before      float64
+	BeforeKnown bool
 }
+
+// FragAware reports whether the policy scores a node by how the pod changes
+// its fragmentation (Frag), for which Env.Before applies.
+func (p Policy) FragAware() bool { return p.fragAware() }
 
 func (e *Env) hasWorkload() bool { return e != nil && e.Workload != nil && len(e.Workload.shapes) > 0 }
 

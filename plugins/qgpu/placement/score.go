@@ -67,7 +67,7 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	frag := nodePolicy.fragAware() && req.Class == protocol.ClassGeneral && env.hasWorkload()
 	var before float64
 	if frag {
-		before = envFrag(cards, env, env.CPULeft)
+		before = fragBefore(cards, env)
 	}
 	placed, reason := PlaceIn(cards, mixed, req, cardPolicy, env, out)
 	if reason != "" {

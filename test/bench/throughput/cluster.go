@@ -132,12 +132,25 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 	return result{bound: int(bound.Load()), elapsed: end.Sub(start)}, nil
 }
 
+// deleteAttempts bounds the DeleteCollection calls of a cleanup: on a
+// loaded machine one call over 20000 pods can outlast the apiserver's
+// request timeout (seen 2026-11-25, SIZE=large: "stream error ...
+// INTERNAL_ERROR" after the first round) having deleted only some of them;
+// the next call deletes the rest.
+const deleteAttempts = 5
+
 // deletePhase deletes the phase's pods at once and waits until they are
 // gone, so that the next phase starts from the same empty cluster.
 func deletePhase(ctx context.Context, client kubernetes.Interface, ph phase) error {
 	pods := client.CoreV1().Pods("default")
 	sel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{phaseLabel: ph.name}).String()}
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, sel); err != nil {
+	var err error
+	for range deleteAttempts {
+		if err = pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}, sel); err == nil {
+			break
+		}
+	}
+	if err != nil {
 		return err
 	}
 	for {

@@ -7,6 +7,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+	learned "github.com/qgpu-scheduler/qgpu/plugins/qgpu/typical"
 )
 
 // selector is the scheduling cycle of the replay, as kube-scheduler runs it
@@ -15,9 +16,11 @@ import (
 // placement.Normalize, and pick the best node, ties broken at random as
 // kube-scheduler's selectHost does.
 type selector struct {
-	cl      *cluster
-	policy  placement.Policy
+	cl     *cluster
+	policy placement.Policy
+	// work is the target workload, or learner's when it learns online.
 	work    *placement.Workload
+	learner *learned.Learner
 	rng     *rand.Rand
 	scratch [][]ledger.Card
 	choices []placement.Choice
@@ -59,29 +62,46 @@ func Env(work *placement.Workload, cpuLeft, cpuCap, podCPU int64) *placement.Env
 	return &placement.Env{Workload: work, CPULeft: cpuLeft, CPUCap: cpuCap, PodCPU: podCPU}
 }
 
-// Scores evaluates every node for the pod (scratch holds each node's cards
-// after the pod) and returns the feasible nodes and their normalized scores.
+// scoreNodes evaluates every node for the pod (scratch holds each node's
+// cards after the pod) and returns the feasible nodes and their normalized
+// scores.
 func (s *selector) scoreNodes(pod *Pod, req *request.Request) ([]int, []int64) {
 	s.cand, s.scores = s.cand[:0], s.scores[:0]
+	work := s.workload()
 	for _, i := range s.order {
-		if s.cl.cpuLeft[i] < pod.CPUMilli || s.cl.memLeft[i] < pod.MemoryMiB {
-			continue
+		if score, ok := s.evaluate(i, pod, req, work); ok {
+			s.cand = append(s.cand, i)
+			s.scores = append(s.scores, score)
 		}
-		copy(s.scratch[i], s.cl.cards[i])
-		env := Env(s.work, s.cl.cpuLeft[i], s.cl.nodes[i].CPUMilli, pod.CPUMilli)
-		env.Rank = s.ranks[i]
-		var reason string
-		var score int64
-		mixed := s.mixed[i] && (req.Class != protocol.ClassGeneral || !s.mixedAlike)
-		s.choices, score, reason = placement.Evaluate(s.scratch[i], mixed, req, s.policy, s.policy, env, s.choices[:0])
-		if reason != "" {
-			continue
-		}
-		s.cand = append(s.cand, i)
-		s.scores = append(s.scores, score)
 	}
 	placement.Normalize(s.policy, s.scores)
 	return s.cand, s.scores
+}
+
+// evaluate is Filter and Score on node i: the raw score, and whether the
+// pod fits (CPU, memory, then the plugin's placement into scratch[i]).
+func (s *selector) evaluate(i int, pod *Pod, req *request.Request, work *placement.Workload) (int64, bool) {
+	if s.cl.cpuLeft[i] < pod.CPUMilli || s.cl.memLeft[i] < pod.MemoryMiB {
+		return 0, false
+	}
+	copy(s.scratch[i], s.cl.cards[i])
+	env := Env(work, s.cl.cpuLeft[i], s.cl.nodes[i].CPUMilli, pod.CPUMilli)
+	env.Rank = s.ranks[i]
+	var reason string
+	var score int64
+	mixed := s.mixed[i] && (req.Class != protocol.ClassGeneral || !s.mixedAlike)
+	s.choices, score, reason = placement.Evaluate(s.scratch[i], mixed, req, s.policy, s.policy, env, s.choices[:0])
+	return score, reason == ""
+}
+
+// workload is the target workload of this cycle: the learner's latest
+// snapshot when it learns online (nil before the first pod, as in a
+// scheduler that just started).
+func (s *selector) workload() *placement.Workload {
+	if s.learner != nil {
+		return s.learner.Load()
+	}
+	return s.work
 }
 
 // BestNodes is one scheduling cycle of the replay for callers that keep
@@ -116,6 +136,17 @@ func BestNodes(cards [][]ledger.Card, mixed []bool, req *request.Request, policy
 
 // place puts the pod on the best node and reports whether one fitted.
 func (s *selector) place(pod *Pod, req *request.Request) bool {
+	n := s.choose(pod, req)
+	if n < 0 {
+		return false
+	}
+	s.commit(n, pod, req)
+	return true
+}
+
+// choose is the node with the best score (-1 if none fits), ties broken by
+// s.ties; scratch holds the nodes' cards after the pod.
+func (s *selector) choose(pod *Pod, req *request.Request) int {
 	cand, scores := s.scoreNodes(pod, req)
 	best, ties := -1, 0
 	for k := range cand {
@@ -131,11 +162,18 @@ func (s *selector) place(pod *Pod, req *request.Request) bool {
 		}
 	}
 	if best < 0 {
-		return false
+		return -1
 	}
-	n := cand[best]
+	return cand[best]
+}
+
+// commit takes node n's cards after the pod from scratch, books its CPU and
+// memory, and lets the learner see the pod, as Reserve does.
+func (s *selector) commit(n int, pod *Pod, req *request.Request) {
 	copy(s.cl.cards[n], s.scratch[n])
 	s.cl.cpuLeft[n] -= pod.CPUMilli
 	s.cl.memLeft[n] -= pod.MemoryMiB
-	return true
+	if s.learner != nil {
+		s.learner.Observe(req, pod.CPUMilli)
+	}
 }

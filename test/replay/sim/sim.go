@@ -10,6 +10,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+	learned "github.com/qgpu-scheduler/qgpu/plugins/qgpu/typical"
 )
 
 // Config is one replay: a cluster, a pod list, a policy and a seed.
@@ -25,7 +26,24 @@ type Config struct {
 	Ties TieBreak
 	// Classes mixes online and offline pods in (qgpu mode only).
 	Classes Classes
+	// Typical is where the product's fragmentation-aware policies get the
+	// typical pod shapes from; empty means FromTrace. The ports always
+	// take them from the trace, as the simulator does.
+	Typical Typical
 }
+
+// Typical is the source of the typical pod shapes.
+type Typical string
+
+const (
+	// FromTrace derives them from the whole pod list up front, as the
+	// paper's simulator does (Converter.Workload).
+	FromTrace Typical = "trace"
+	// Online starts with none and learns them from the pods placed, with
+	// the scheduler plugin's own learner (plugins/qgpu/typical), as the
+	// scheduler does from a cold start.
+	Online Typical = "online"
+)
 
 // Result is the allocation curve: Alloc[k] is the share of GPU capacity
 // allocated (in %) averaged over the arrivals after which the arrived GPU
@@ -168,8 +186,13 @@ func Run(cfg Config) Result {
 		if ties == "" {
 			ties = FirstNode
 		}
-		sel := newSelector(cl, cfg.Policy, conv.Workload(general), order, rand.New(rand.NewSource(cfg.Seed+1)), ties)
+		sel := newSelector(cl, cfg.Policy, nil, order, rand.New(rand.NewSource(cfg.Seed+1)), ties)
 		sel.mixed, sel.mixedAlike = cfg.Classes.mixedNodes(cfg.Nodes), cfg.Classes.MixedAlike
+		if cfg.Typical == Online {
+			sel.learner = learned.NewLearner()
+		} else {
+			sel.work = conv.Workload(general)
+		}
 		s = sel
 	}
 	return replay(cfg, s, reqs, arrivals, capacity)

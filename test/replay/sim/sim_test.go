@@ -85,6 +85,14 @@ func TestReplaySynthetic(t *testing.T) {
 			})
 		}
 	}
+	// Learning the typical shapes online from a cold start is another
+	// replay than taking them from the whole trace up front.
+	cfg := Config{Nodes: nodes, Pods: pods, Mode: Paper, Policy: placement.FragFit, Seed: 42, MaxArrivalPct: 130}
+	trace := Run(cfg)
+	cfg.Typical = Online
+	if online := Run(cfg); cmp.Equal(online, trace) {
+		t.Error("fragfit: learning online gave the very result of the trace's typical shapes")
+	}
 	// Packing beats spreading on a trace that fills the cluster.
 	for _, mode := range []Mode{Paper, QGPU} {
 		for _, p := range []placement.Policy{placement.FGD, placement.FragFit, placement.Binpack} {

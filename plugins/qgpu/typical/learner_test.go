@@ -1,0 +1,69 @@
+package typical
+
+import (
+	"testing"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
+)
+
+func general(mem, cores int64) *request.Request {
+	return &request.Request{Class: protocol.ClassGeneral,
+		Containers: []request.Container{{Name: "c", MemoryGiB: mem, Cores: cores, Cards: 1}}}
+}
+
+// A cold learner has no workload; pods that are no general shape leave it
+// cold; each of the first RelearnEvery pods is learned at once.
+func TestLearnerStartsCold(t *testing.T) {
+	l := NewLearner()
+	if l.Load() != nil {
+		t.Fatal("workload before any pod")
+	}
+	l.Observe(&request.Request{Class: protocol.ClassGeneral}, 4000)
+	online := general(4, 0)
+	online.Class = protocol.ClassOnline
+	l.Observe(online, 4000)
+	if l.Load() != nil {
+		t.Fatal("a CPU-only or online pod made a workload")
+	}
+	l.Observe(general(4, 10), 4000)
+	if w := l.Load(); w == nil || w.Len() != 1 {
+		t.Fatalf("after one pod: %v, want one shape", w)
+	}
+	l.Observe(general(8, 20), 4000)
+	if w := l.Load(); w.Len() != 2 {
+		t.Fatalf("after two shapes: %d shapes, want 2", w.Len())
+	}
+}
+
+// Past the first RelearnEvery pods the snapshot is rebuilt once every
+// RelearnEvery pods, and shapes below the popularity threshold are left out.
+func TestLearnerRelearnsEvery(t *testing.T) {
+	l := NewLearner()
+	for range RelearnEvery - 1 {
+		l.Observe(general(4, 10), 4000) // the last of the pods learned at once
+	}
+	before := l.Load()
+	for i := range RelearnEvery - 1 {
+		l.Observe(general(8, 20), 4000)
+		if l.Load() != before {
+			t.Fatalf("snapshot rebuilt after %d more pods, want after %d", i+1, RelearnEvery)
+		}
+	}
+	l.Observe(general(8, 20), 4000)
+	if w := l.Load(); w == before || w.Len() != 2 {
+		t.Fatalf("after %d more pods: %v shapes, want a new snapshot of 2", RelearnEvery, w.Len())
+	}
+	// A shape of one pod in 2·RelearnEvery+1 is under 5%: not typical.
+	l2 := NewLearner()
+	for range 2 * RelearnEvery {
+		l2.Observe(general(4, 10), 4000)
+	}
+	l2.Observe(general(2, 5), 4000)
+	for range RelearnEvery - 1 {
+		l2.Observe(general(4, 10), 4000)
+	}
+	if w := l2.Load(); w.Len() != 1 {
+		t.Fatalf("a rare shape is typical: %d shapes, want 1", w.Len())
+	}
+}
