@@ -25,6 +25,7 @@
 package fragcache
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -71,23 +72,11 @@ func (c *Cache) For(name string) *Entry {
 func (e *Entry) Frag(cards []ledger.Card, cpuLeft int64, cpuKnown bool, w *placement.Workload) float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.valid && e.work == w && e.cpuLeft == cpuLeft && e.cpuKnown == cpuKnown && equal(e.cards, cards) {
+	if e.valid && e.work == w && e.cpuLeft == cpuLeft && e.cpuKnown == cpuKnown && slices.Equal(e.cards, cards) {
 		return e.frag
 	}
 	e.frag = placement.Frag(cards, cpuLeft, cpuKnown, w)
 	e.cards = append(e.cards[:0], cards...)
 	e.cpuLeft, e.cpuKnown, e.work, e.valid = cpuLeft, cpuKnown, w, true
 	return e.frag
-}
-
-func equal(a, b []ledger.Card) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -3,6 +3,7 @@ package quota
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"sync"
 
@@ -166,21 +167,9 @@ func (t *Tally) SetConfigMap(specs map[string]Spec, errs map[string]error) (chan
 			next[ns] = old
 		}
 	}
-	changed = !maps.EqualFunc(t.specs, next, specEqual)
+	changed = !maps.EqualFunc(t.specs, next, slices.Equal[Spec])
 	t.specs, t.invalid = next, maps.Clone(errs)
 	return changed
-}
-
-func specEqual(a, b Spec) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Limited reports whether the namespace has any limit.
