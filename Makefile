@@ -153,10 +153,10 @@ manifests:
 	hack/gen-manifests.sh
 
 # TestSchedulerTracksReplayAtScale reads the openb trace from QGPU_TRACES:
-# TRACES when given, else ../shared/traces beside the clone (where CI keeps
-# a copy), else _output/traces (make replay fetches it there); without the
-# files it skips, and fails where QGPU_TRACES_REQUIRED=1 (.ci/run).
-QGPU_TRACES ?= $(or $(TRACES),$(if $(wildcard ../shared/traces/openb_pod_list_default.csv),../shared/traces),_output/traces)
+# TRACES when given (a directory holding the trace's files), else
+# _output/traces (make replay fetches it there); without the files it
+# skips, and fails where QGPU_TRACES_REQUIRED=1 (.ci/run).
+QGPU_TRACES ?= $(or $(TRACES),_output/traces)
 integration: build
 	QGPU_TRACES=$(abspath $(QGPU_TRACES)) $(GO) test -count=1 -timeout 30m ./test/integration/...
 
