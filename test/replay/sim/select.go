@@ -2,6 +2,7 @@ package sim
 
 import (
 	"math/rand"
+	"slices"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -119,16 +120,20 @@ func BestNodes(cards [][]ledger.Card, mixed []bool, req *request.Request, policy
 		}
 	}
 	placement.Normalize(policy, scores)
-	var hi int64
-	for k := range cand {
-		if k == 0 || scores[k] > hi {
-			hi = scores[k]
-		}
+	return topNodes(cand, scores)
+}
+
+// topNodes lists the candidates that share the top score, none if there
+// is no candidate.
+func topNodes(cand []int, scores []int64) []int {
+	if len(cand) == 0 {
+		return nil
 	}
+	hi := slices.Max(scores)
 	var best []int
-	for k, i := range cand {
+	for k, n := range cand {
 		if scores[k] == hi {
-			best = append(best, i)
+			best = append(best, n)
 		}
 	}
 	return best

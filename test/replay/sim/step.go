@@ -2,7 +2,6 @@ package sim
 
 import (
 	"math/rand"
-	"slices"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -45,18 +44,7 @@ func (s *Stepper) Request(p *Pod) *request.Request { return s.conv.Request(p) }
 // Best lists the nodes that share the top normalized score for the pod,
 // none if it fits nowhere; nothing is placed.
 func (s *Stepper) Best(p *Pod, req *request.Request) []int {
-	cand, scores := s.sel.scoreNodes(p, req)
-	if len(cand) == 0 {
-		return nil
-	}
-	hi := slices.Max(scores)
-	var best []int
-	for k, n := range cand {
-		if scores[k] == hi {
-			best = append(best, n)
-		}
-	}
-	return best
+	return topNodes(s.sel.scoreNodes(p, req))
 }
 
 // Place places the pod as the replay does and returns its node, or -1 when
