@@ -8,7 +8,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
@@ -49,7 +48,7 @@ func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) (in
 		return 0, reason
 	}
 	env := p.env(s, nodeInfo)
-	if p.nodePolicy.FragAware() && req.Class == protocol.ClassGeneral && env.Workload != nil && env.Workload.Len() > 0 && nodeInfo != nil {
+	if nodeInfo != nil && placement.MeasuresFrag(p.nodePolicy, req, &env) {
 		// The node before the pod, measured once per change of the node
 		// (fragcache), not once per pod.
 		env.Before = p.frags.For(nodeInfo.Node().Name).Frag(n.Cards, env.CPULeft, env.CPUCap > 0, env.Workload)

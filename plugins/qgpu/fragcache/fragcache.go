@@ -55,11 +55,7 @@ type Entry struct {
 
 // For is the entry of the node named name, created on first use.
 func (c *Cache) For(name string) *Entry {
-	h := uint32(2166136261) // FNV-1a
-	for i := 0; i < len(name); i++ {
-		h = (h ^ uint32(name[i])) * 16777619
-	}
-	slot := &c.entries[h%slots]
+	slot := &c.entries[placement.NameHash(name)%slots]
 	if e := slot.Load(); e != nil {
 		return e
 	}

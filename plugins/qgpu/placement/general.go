@@ -75,7 +75,10 @@ func freeAfter(card *ledger.Card, c request.Container) int64 {
 // truncated FGD score of the node after the container. fragfit takes the
 // tightest card instead (bestShared), as the simulator's other policies do.
 func fgdCard(cards []ledger.Card, req *request.Request, c request.Container, env *Env, chosen []Choice) int {
-	before := envFrag(cards, env, env.CPULeft)
+	before := fragBefore(cards, env) // the node before the pod
+	if len(chosen) > 0 {
+		before = envFrag(cards, env, env.CPULeft) // ...and its earlier containers
+	}
 	best, bestScore := -1, int64(0)
 	for i := range cards {
 		card := &cards[i]

@@ -65,10 +65,6 @@ type Env struct {
 	BeforeKnown bool
 }
 
-// FragAware reports whether the policy scores a node by how the pod changes
-// its fragmentation (Frag), for which Env.Before applies.
-func (p Policy) FragAware() bool { return p.fragAware() }
-
 func (e *Env) hasWorkload() bool { return e != nil && e.Workload != nil && len(e.Workload.shapes) > 0 }
 
 func (e *Env) cpuLeftAfter() int64 {

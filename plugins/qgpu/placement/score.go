@@ -64,7 +64,7 @@ func fill(cards []ledger.Card) (used, total int64) {
 // the choices appended to out, the raw score, and a Reason when req does not fit.
 func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy, nodePolicy Policy, env *Env, out []Choice) ([]Choice, int64, string) {
 	start := len(out)
-	frag := nodePolicy.fragAware() && req.Class == protocol.ClassGeneral && env.hasWorkload()
+	frag := MeasuresFrag(nodePolicy, req, env)
 	var before float64
 	if frag {
 		before = fragBefore(cards, env)
@@ -88,6 +88,13 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 		score += Preferred
 	}
 	return placed, score, ""
+}
+
+// MeasuresFrag reports whether Evaluate scores the node by how req changes
+// its fragmentation (Frag), which is when Env.Before applies: a general pod,
+// a fragmentation-aware node policy, and a workload to measure against.
+func MeasuresFrag(nodePolicy Policy, req *request.Request, env *Env) bool {
+	return nodePolicy.fragAware() && req.Class == protocol.ClassGeneral && env.hasWorkload()
 }
 
 // Preferred lifts the raw score of a general pod on a node that is not
@@ -162,12 +169,16 @@ const RankRange = 1000
 
 // NodeRank is a node's fixed tie-break in [0, RankRange): a hash of its name,
 // so every scheduler replica and the replay order nodes alike.
-func NodeRank(name string) int64 {
-	h := uint32(2166136261) // FNV-1a, inline so Score allocates nothing
+func NodeRank(name string) int64 { return int64(NameHash(name) % RankRange) }
+
+// NameHash is the 32-bit FNV-1a hash of a name, inline so that Filter and
+// Score allocate nothing.
+func NameHash(name string) uint32 {
+	h := uint32(2166136261)
 	for i := 0; i < len(name); i++ {
 		h = (h ^ uint32(name[i])) * 16777619
 	}
-	return int64(h % RankRange)
+	return h
 }
 
 // Normalize maps raw scores of the candidate nodes to [0, MaxScore] in place.

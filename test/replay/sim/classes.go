@@ -2,7 +2,6 @@ package sim
 
 import (
 	"fmt"
-	"hash/fnv"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
@@ -55,9 +54,7 @@ func (c Classes) class(p *Pod) protocol.Class {
 	if c.SharedPct == 0 || p.NumGPU != 1 || p.GPUMilli >= 1000 {
 		return protocol.ClassGeneral
 	}
-	h := fnv.New32a()
-	h.Write([]byte(p.Name))
-	v := h.Sum32()
+	v := placement.NameHash(p.Name)
 	switch {
 	case int(v%100) >= c.SharedPct:
 		return protocol.ClassGeneral
