@@ -98,7 +98,7 @@ func TestNormalize(t *testing.T) {
 	}{
 		{"stretch", Binpack, []int64{10, 20, 30}, []int64{0, 50, 100}},
 		{"all equal", Binpack, []int64{7, 7}, []int64{100, 100}},
-		{"fragfit keeps the top", FragFit, []int64{5000, 4990, 3000}, []int64{100, 90, 0}},
+		{"fragfit: the first node alone", FragFit, []int64{5000, 4999, 3000}, []int64{100, 0, 0}},
 		{"empty", FGD, nil, nil},
 	}
 	for _, tt := range tests {

@@ -418,9 +418,9 @@ func TestNormalizeTiers(t *testing.T) {
 		want   []int64
 	}{
 		{"binpack, one mixed node", Binpack, []int64{Preferred + 10, Preferred + 50, 80}, []int64{0, 100, 0}},
-		{"fragfit, one mixed node", FragFit, []int64{Preferred + 10, Preferred + 50, 80}, []int64{60, 100, 0}},
+		{"fragfit, one mixed node", FragFit, []int64{Preferred + 10, Preferred + 50, 80}, []int64{0, 100, 0}},
 		{"only mixed nodes", Binpack, []int64{10, 50}, []int64{0, 100}},
-		{"fragfit, negative raw scores", FragFit, []int64{Preferred - 3000, Preferred - 2990, -5}, []int64{90, 100, 0}},
+		{"fragfit, negative raw scores", FragFit, []int64{Preferred - 3000, Preferred - 2990, -5}, []int64{0, 100, 0}},
 		{"all preferred", Spread, []int64{Preferred + 20, Preferred + 20}, []int64{100, 100}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -182,9 +182,11 @@ func NameHash(name string) uint32 {
 }
 
 // Normalize maps raw scores of the candidate nodes to [0, MaxScore] in place.
-// Most policies stretch [lo, hi] linearly; fragfit keeps its fine resolution
-// where it decides (at the top): the best node gets MaxScore and every other
-// one loses a point per unit below it.
+// Most policies stretch [lo, hi] linearly. fragfit's raw score is a total
+// order (FGD's score, then the fit, then the node's rank), so its best node
+// gets MaxScore and every other node 0: a node one rank below would
+// otherwise score 99, and the profile's other score plugins would reorder
+// the nodes FGD rates alike, spreading pods over them at random again.
 func Normalize(policy Policy, scores []int64) {
 	if len(scores) == 0 {
 		return
@@ -206,8 +208,10 @@ func Normalize(policy Policy, scores []int64) {
 		switch {
 		case s < -Preferred/2:
 			scores[i] = 0 // a mixed node, while another node fits
+		case policy == FragFit && s == hi:
+			scores[i] = MaxScore
 		case policy == FragFit:
-			scores[i] = max(0, MaxScore-(hi-s))
+			scores[i] = 0
 		case hi == lo:
 			scores[i] = MaxScore
 		default:
