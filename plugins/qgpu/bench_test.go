@@ -78,7 +78,8 @@ func TestFilterDoesNotAllocate(t *testing.T) {
 
 // BenchmarkPolicies compares the general-pod policies' Filter and Score
 // (unstashed: placement and score) on a node of 8 cards holding 16 pods,
-// after the workload learned the held pods' shapes.
+// after the workload learned the held pods' shapes, and their Score of a
+// CPU-only pod.
 func BenchmarkPolicies(b *testing.B) {
 	for _, policy := range []string{"binpack", "fgd", "fragfit"} {
 		p := newPlugin(b, &args.QGPUArgs{NodePolicy: policy, CardPolicy: policy})
@@ -107,6 +108,15 @@ func BenchmarkPolicies(b *testing.B) {
 		b.Run("Score/"+policy, func(b *testing.B) {
 			for b.Loop() {
 				p.Score(ctx, unstashed, pod, ni)
+			}
+		})
+		// A pod without cards: Filter skips it; fgd and fragfit score it.
+		cpuOnly := builders.GPUPod("cpu").CPU(2000).Obj()
+		ccs := framework.NewCycleState()
+		p.PreFilter(ctx, ccs, cpuOnly, nil)
+		b.Run("ScoreCPUOnly/"+policy, func(b *testing.B) {
+			for b.Loop() {
+				p.Score(ctx, ccs, cpuOnly, ni)
 			}
 		})
 	}

@@ -20,11 +20,12 @@ import (
 // pods/binding subresource copies the Binding's annotations onto the pod, so
 // the assignment appears together with spec.nodeName, and a user-written
 // assignment is replaced. It saves PreBind's Get+Update per pod. Pods without
-// qGPU requests are left to DefaultBinder (Skip). On failure the framework
+// qGPU requests (no cycleState, or a CPU-only one) are left to DefaultBinder
+// (Skip). On failure the framework
 // calls Unreserve, as it does when PreBind fails.
 func (p *QGPU) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
-	if err != nil {
+	if err != nil || s.req.CPUOnly() {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	value, err := encodeAssignment(s, pod, nodeName)

@@ -16,7 +16,7 @@ import (
 // PreBindPreFlight skips PreBind for pods without qGPU requests, and when
 // this plugin's Bind writes the assignment with the binding.
 func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) *fwk.Status {
-	if _, err := readState(cs); err != nil || p.bindsItself() {
+	if s, err := readState(cs); err != nil || s.req.CPUOnly() || p.bindsItself() {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -27,7 +27,7 @@ func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod,
 // (see Bind): this path serves profiles that bind with DefaultBinder only.
 func (p *QGPU) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
-	if err != nil || p.bindsItself() {
+	if err != nil || s.req.CPUOnly() || p.bindsItself() {
 		// Not a qGPU pod, or Bind writes the assignment with the binding.
 		// (PreBindPreFlight's Skip is honoured only behind an alpha gate in
 		// 1.34, so PreBind checks for itself.)

@@ -15,8 +15,11 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
 )
 
-// PreFilter parses the pod's request once per cycle. Pods without qGPU
-// requests are skipped; a broken request can never fit anywhere.
+// PreFilter parses the pod's request once per cycle; a broken request can
+// never fit anywhere. Filter skips pods without qGPU requests, and so does
+// every later point unless the node policy measures fragmentation (fgd,
+// fragfit): then Score places such a pod by what its CPU strands of the
+// nodes' free cards, and Reserve counts its shape (cpuOnlyCycle).
 func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	req, err := p.parse(pod)
 	if err != nil {
@@ -24,7 +27,7 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
 	if req == nil {
-		return nil, fwk.NewStatus(fwk.Skip)
+		return nil, p.cpuOnlyCycle(ctx, cs, pod, len(nodes))
 	}
 	// A restarted scheduler must not place against a half-rebuilt ledger.
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
@@ -43,6 +46,21 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	s.fit, s.ownsFit = takeOverFit(cs)
 	cs.Write(stateKey, s)
 	return p.eligibleNodes(req, len(nodes)), nil
+}
+
+// cpuOnlyCycle starts the cycle of a pod without qGPU requests: Skip, so
+// that Filter leaves it alone, with a cycleState for Score and Reserve when
+// the node policy places such pods.
+func (p *QGPU) cpuOnlyCycle(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes int) *fwk.Status {
+	if !p.nodePolicy.MeasuresCPUOnly() {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+		return fwk.AsStatus(ctx.Err())
+	}
+	p.scores.reset(nodes) // Score must not read the last cycle's stash
+	cs.Write(stateKey, &cycleState{req: &request.Request{Class: protocol.ClassGeneral}, podCPU: podCPU(pod)})
+	return fwk.NewStatus(fwk.Skip)
 }
 
 // eligibleNodes narrows the cycle to the nodes labelled for the pod's class

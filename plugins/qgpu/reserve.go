@@ -27,6 +27,10 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if s.req.CPUOnly() {
+		p.shared.learnCPUOnly(pod, nodeName)
+		return nil
+	}
 	var assignment []protocol.ContainerAssignment
 	req := s.req
 	env := p.env(s, p.snapshotNode(nodeName))
@@ -53,10 +57,7 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	}
 	s.assignment = assignment
-	if !req.NodeExclusive {
-		// A whole node is no shape the policies should learn to leave room for.
-		p.workload.Observe(req, s.podCPU)
-	}
+	p.workload.ObservePod(pod.UID, req, s.podCPU)
 	klog.FromContext(ctx).V(4).Info("qGPU slices reserved", "pod", klog.KObj(pod), "node", nodeName, "assignment", assignment)
 	return nil
 }

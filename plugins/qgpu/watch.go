@@ -38,13 +38,24 @@ func (s *shared) watch(ctx context.Context, h framework.Handle) error {
 	if err != nil {
 		return fmt.Errorf("watching nodes: %w", err)
 	}
-	pods, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { s.observePod(ctx, obj.(*v1.Pod)) },
-		UpdateFunc: func(_, obj any) { s.observePod(ctx, obj.(*v1.Pod)) },
+	pods, err := f.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+		AddFunc: func(obj any, initial bool) {
+			pod := obj.(*v1.Pod)
+			s.observePod(ctx, pod)
+			if !initial {
+				s.learnBound(nil, pod)
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			pod := obj.(*v1.Pod)
+			s.observePod(ctx, pod)
+			s.learnBound(old.(*v1.Pod), pod)
+		},
 		DeleteFunc: func(obj any) {
 			if pod, ok := tombstone[*v1.Pod](obj); ok {
 				s.waiting.forget(pod)
 				s.release(logger, pod)
+				s.workload.Forget(pod.UID)
 			}
 		},
 	})
@@ -143,6 +154,26 @@ func (s *shared) observePod(ctx context.Context, pod *v1.Pod) {
 	if s.ledger.Observe(pod.UID, h) {
 		klog.FromContext(ctx).V(5).Info("qGPU slices observed", "pod", klog.KObj(pod), "node", a.Node)
 	}
+}
+
+// learnBound counts a pod that was just bound (old unbound, or nil for a
+// pod that arrived bound after the informer's initial list) without a qGPU
+// assignment in the workload, as a CPU-only shape (learnCPUOnly): pods other
+// schedulers place on qGPU nodes take CPU there too. Pods bound before the
+// scheduler started are not counted: it learns from a cold start, as the
+// trace replay does. A pod this scheduler placed was counted in Reserve,
+// and the learner counts no pod twice.
+func (s *shared) learnBound(old, pod *v1.Pod) {
+	if pod.Spec.NodeName == "" || (old != nil && old.Spec.NodeName != "") {
+		return
+	}
+	if _, ok := pod.Annotations[protocol.AnnotationAssignment]; ok {
+		return
+	}
+	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
+		return
+	}
+	s.learnCPUOnly(pod, pod.Spec.NodeName)
 }
 
 func trustedAssignment(pod *v1.Pod, raw string) (*protocol.Assignment, error) {

@@ -31,3 +31,14 @@ func (p *QGPU) env(s *cycleState, ni fwk.NodeInfo) placement.Env {
 	}
 	return e
 }
+
+// learnCPUOnly counts a pod without qGPU requests bound to node in the
+// workload, once, when the node has qGPU cards: the workload the policies
+// leave room for is what competes for those nodes' CPU and cards, whoever
+// placed it. Reserve calls it for the pods this scheduler places, the pod
+// informer for those other schedulers bind (learnBound).
+func (s *shared) learnCPUOnly(pod *v1.Pod, node string) {
+	if s.ledger.HasCards(node) {
+		s.workload.ObservePod(pod.UID, nil, podCPU(pod))
+	}
+}

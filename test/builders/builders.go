@@ -111,6 +111,19 @@ func (b *PodBuilder) Container(name string, res map[string]int64) *PodBuilder {
 	return b
 }
 
+// CPU sets the first container's CPU request (and limit) in milli-cores,
+// adding a container without qGPU resources if the pod has none: a CPU-only
+// pod, as builders.GPUPod(name).CPU(1000).
+func (b *PodBuilder) CPU(milli int64) *PodBuilder {
+	if len(b.pod.Spec.Containers) == 0 {
+		b.Container("c", nil)
+	}
+	r := &b.pod.Spec.Containers[0].Resources
+	q := *resource.NewMilliQuantity(milli, resource.DecimalSI)
+	r.Requests[v1.ResourceCPU], r.Limits[v1.ResourceCPU] = q, q
+	return b
+}
+
 // General adds a general container asking for memory GiB and core percent.
 func (b *PodBuilder) General(name string, memoryGiB, core int64) *PodBuilder {
 	return b.Container(name, map[string]int64{protocol.ResourceMemory: memoryGiB, protocol.ResourceCore: core})

@@ -44,7 +44,9 @@ const (
 )
 
 // TestSchedulerTracksReplayAtScale places a few thousand pods of the
-// Alibaba openb trace on a few hundred of its nodes, one at a time, through
+// Alibaba openb trace (CPU-only ones included: the fragmentation-aware
+// policies place and learn them too) on a few hundred of its nodes, one at
+// a time, through
 // the real scheduler binary with the shipped default profile (evaluating
 // every node, see everyNodeProfile), and through
 // the trace replay (qgpu mode, the policy that profile configures), both
@@ -68,11 +70,12 @@ func TestSchedulerTracksReplayAtScale(t *testing.T) {
 	replay := sim.NewStepper(sim.QGPU, nodes, policy, scaleSeed)
 	follow := sim.NewStepper(sim.QGPU, nodes, policy, scaleSeed)
 	w := watchPods(t, cp.Client, "default")
-	var tally scaleTally
+	tally := scaleTally{firstApart: -1}
 	start := time.Now()
 	for k, i := range order {
 		p := &pods[i]
 		req := replay.Request(p)
+		replayBest := replay.Best(p, req)
 		replay.Place(p, req)
 		best := follow.Best(p, req)
 		pod := tracePod(t, "trace-"+strconv.Itoa(k), p, req)
@@ -88,7 +91,13 @@ func TestSchedulerTracksReplayAtScale(t *testing.T) {
 		if !ok {
 			t.Fatalf("pod %s: the scheduler bound it to %s, where the replay finds no room", pod.Name, got.Spec.NodeName)
 		}
-		tally.bound(slices.Contains(best, n), slices.Equal(cards, assignmentCards(t, got)))
+		tally.bound(slices.Contains(best, n), slices.Equal(cards, assignmentCards(t, got, req)))
+		if len(best) > 1 {
+			tally.tied++
+		}
+		if !slices.Equal(replayBest, best) && tally.firstApart < 0 {
+			tally.firstApart = k
+		}
 	}
 	elapsed := time.Since(start)
 	sched := boundAllocation(t, cp.Client, nodes, pods, order)
@@ -112,6 +121,9 @@ type scaleTally struct {
 	// pendingFits counts pods the scheduler left pending while the replay,
 	// in the scheduler's state, had a node for them.
 	unplaced, pendingFits int
+	// tied counts pods with more than one best node; firstApart is the
+	// first pod for which the two replays' best nodes differ (-1: none).
+	tied, firstApart int
 }
 
 func (s *scaleTally) bound(firstRank, sameCards bool) {
@@ -135,7 +147,8 @@ func (s scaleTally) String() string {
 	return strconv.Itoa(s.placed) + " bound, " + strconv.Itoa(s.firstRank) + " (" +
 		strconv.FormatFloat(float64(s.firstRank)*100/float64(max(s.placed, 1)), 'f', 1, 64) +
 		"%) on a node the replay ranks first, " + strconv.Itoa(s.cardsDiffer) + " on other cards; " +
-		strconv.Itoa(s.unplaced) + " unschedulable (" + strconv.Itoa(s.pendingFits) + " of them with a node in the replay)"
+		strconv.Itoa(s.unplaced) + " unschedulable (" + strconv.Itoa(s.pendingFits) + " of them with a node in the replay); " +
+		strconv.Itoa(s.tied) + " with tied best nodes; replays apart from pod " + strconv.Itoa(s.firstApart)
 }
 
 // everyNodeProfile is the shipped profile with percentageOfNodesToScore
@@ -183,10 +196,10 @@ func traceDir(t *testing.T) string {
 }
 
 // scaleTrace samples scaleNodes nodes of the trace (evenly through the
-// list) and returns them, the pods that ask for cards, and the arrival
-// order: sim.Arrivals up to scaleArrivalPct of the sample's capacity.
-// CPU-only pods are left out: the QGPU plugin skips them, and kube-
-// scheduler's default plugins, not the replay's policy, would place them.
+// list) and returns them, the trace's pods, and the arrival order:
+// sim.Arrivals up to scaleArrivalPct of the sample's capacity. The pods
+// include the CPU-only ones (13% of the trace): the fragmentation-aware
+// policies place them too, and learn their shape.
 func scaleTrace(t *testing.T, dir string) ([]sim.Node, []sim.Pod, []int) {
 	all, err := sim.ReadNodes(filepath.Join(dir, "openb_node_list_gpu_node.csv"))
 	if err != nil {
@@ -202,13 +215,7 @@ func scaleTrace(t *testing.T, dir string) ([]sim.Node, []sim.Pod, []int) {
 		nodes[i] = all[i*len(all)/scaleNodes]
 		capacity += int64(nodes[i].GPUs) * 1000
 	}
-	var pods []sim.Pod
-	for _, p := range trace {
-		if p.NumGPU > 0 {
-			pods = append(pods, p)
-		}
-	}
-	return nodes, pods, sim.Arrivals(pods, capacity, scaleArrivalPct, rand.New(rand.NewSource(scaleSeed)))
+	return nodes, trace, sim.Arrivals(trace, capacity, scaleArrivalPct, rand.New(rand.NewSource(scaleSeed)))
 }
 
 // traceNode is a qGPU node of the trace's cards (sim.CardMemoryMiB), CPU
@@ -227,22 +234,30 @@ func traceNode(t *testing.T, n *sim.Node) *corev1.Node {
 	return node
 }
 
-// tracePod is the trace pod as a qGPU pod asking for what the replay's
-// converter made of it (req), its CPU and memory; the test fails if the
-// scheduler's parser would read it otherwise.
+// tracePod is the trace pod as a pod of qgpu-scheduler asking for what the
+// replay's converter made of it (req: a qGPU container, or none for a
+// CPU-only pod), its CPU and memory; the test fails if the scheduler's
+// parser would read it otherwise.
 func tracePod(t *testing.T, name string, p *sim.Pod, req *request.Request) *corev1.Pod {
-	c := req.Containers[0]
-	b := builders.GPUPod(name).General("c", c.MemoryGiB, c.Cores)
-	if len(req.UseTypes) > 0 {
+	b := builders.GPUPod(name)
+	if len(req.Containers) > 0 {
+		c := req.Containers[0]
+		b.General("c", c.MemoryGiB, c.Cores)
+	}
+	if len(req.UseTypes) > 0 && len(req.Containers) > 0 {
 		b.Annotation(protocol.AnnotationUseGPUType, strings.Join(req.UseTypes, ","))
 	}
-	pod := b.Obj()
-	r := pod.Spec.Containers[0].Resources.Requests
-	r[corev1.ResourceCPU] = *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI)
-	r[corev1.ResourceMemory] = *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI)
+	pod := b.CPU(p.CPUMilli).Obj()
+	pod.Spec.Containers[0].Resources.Requests[corev1.ResourceMemory] = *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI)
 	parsed, err := request.Parse(pod)
 	if err != nil {
 		t.Fatalf("pod %s: %v", name, err)
+	}
+	if len(req.Containers) == 0 {
+		if parsed != nil {
+			t.Fatalf("pod %s: the scheduler reads a qGPU request from a CPU-only pod: %+v", name, parsed)
+		}
+		return pod
 	}
 	type shape struct {
 		Containers           []request.Container
@@ -264,9 +279,16 @@ func deletePod(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 	}
 }
 
-// assignmentCards are the card indexes of a bound pod's assignment.
-func assignmentCards(t *testing.T, pod *corev1.Pod) []int {
+// assignmentCards are the card indexes of a bound pod's assignment; none
+// for a CPU-only pod (req without containers), which must have none.
+func assignmentCards(t *testing.T, pod *corev1.Pod, req *request.Request) []int {
 	t.Helper()
+	if len(req.Containers) == 0 {
+		if v, ok := pod.Annotations[protocol.AnnotationAssignment]; ok {
+			t.Fatalf("CPU-only pod %s bound with a qGPU assignment %s", pod.Name, v)
+		}
+		return nil
+	}
 	a, err := protocol.DecodeAssignment([]byte(pod.Annotations[protocol.AnnotationAssignment]))
 	if err != nil {
 		t.Fatalf("pod %s: bound without a valid assignment: %v", pod.Name, err)

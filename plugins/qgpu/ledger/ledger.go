@@ -179,6 +179,17 @@ func (l *Ledger) CopyNode(name string, buf []Card) (Node, bool) {
 	return out, n.known
 }
 
+// HasCards reports whether the node has qGPU cards (healthy or not).
+func (l *Ledger) HasCards(name string) bool {
+	n := l.state(name, false)
+	if n == nil {
+		return false
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	return len(n.node.Cards) > 0
+}
+
 // Range calls f with every known node's state, one node at a time under
 // that node's read lock, without a copy: f must not change or keep the
 // cards. It is for readers off the scheduling path (the metrics collector

@@ -37,6 +37,9 @@ func Place(cards []ledger.Card, mixed bool, req *request.Request, policy Policy,
 // PlaceIn is Place for policies that look beyond the cards (fgd: the
 // workload and the node's CPU). env may be nil for the others.
 func PlaceIn(cards []ledger.Card, mixed bool, req *request.Request, policy Policy, env *Env, out []Choice) ([]Choice, string) {
+	if req.CPUOnly() {
+		return out, "" // no card to take: a node without cards fits too
+	}
 	if reason := Unfit(cards, mixed, req); reason != "" {
 		return out, reason
 	}

@@ -41,6 +41,11 @@ func (p Policy) Valid() bool {
 // look at the cards only.
 func (p Policy) UsesEnv() bool { return p != Binpack && p != Spread }
 
+// MeasuresCPUOnly reports whether the policy places pods that take no card
+// (the fragmentation-aware ones: such a pod's CPU can strand a node's free
+// cards); the others leave them to the scheduler's other plugins.
+func (p Policy) MeasuresCPUOnly() bool { return p.fragAware() }
+
 // fragAware reports whether the policy measures fragmentation.
 func (p Policy) fragAware() bool { return p == FGD || p == FragFit }
 
@@ -66,6 +71,13 @@ type Env struct {
 }
 
 func (e *Env) hasWorkload() bool { return e != nil && e.Workload != nil && len(e.Workload.shapes) > 0 }
+
+func (e *Env) rank() int64 {
+	if e == nil {
+		return 0
+	}
+	return e.Rank
+}
 
 func (e *Env) cpuLeftAfter() int64 {
 	if e == nil {

@@ -78,7 +78,11 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	case frag && nodePolicy == FGD:
 		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
 	case frag && nodePolicy == FragFit:
-		score = fragFitRaw(before, envFrag(cards, env, env.cpuLeftAfter()), cards, env.Rank, len(req.Containers) == 0)
+		score = fragFitRaw(before, envFrag(cards, env, env.cpuLeftAfter()), cards, env.rank(), req.CPUOnly())
+	case req.CPUOnly() && nodePolicy == FragFit:
+		// No workload learned yet: nothing to measure, so FGD's score is
+		// the same everywhere and the fit decides (fewest free cards).
+		score = fragFitRaw(0, 0, cards, env.rank(), true)
 	case req.Class == protocol.ClassGeneral && (nodePolicy == BestFit || nodePolicy.fragAware()):
 		score = bestFitScore(cards, env)
 	default:
@@ -104,7 +108,10 @@ func MeasuresFrag(nodePolicy Policy, req *request.Request, env *Env) bool {
 // So a general pod goes to a mixed node only when no other node fits: a
 // preference, not a filter. Normalize ranks the nodes of the lower tier
 // below every node of the top one; within a tier the policy decides.
-const Preferred = int64(1) << 40
+//
+// It lies above every raw score of every policy: fragfit's (at most 101·2^16
+// FGD-and-fit values times RankRange, under 2^55) included.
+const Preferred = int64(1) << 58
 
 // bestFitScore is 100 less the share of the node left free after the pod,
 // cards and CPU weighed alike (CPU only when the env knows it).
@@ -164,12 +171,26 @@ func fragFitRaw(before, after float64, cards []ledger.Card, rank int64, cpuOnly 
 	return (fgdScore(before, after)*fitRange+fit)*RankRange + rank
 }
 
-// RankRange bounds NodeRank.
-const RankRange = 1000
+// NodeRank orders nodes first by their hash modulo rankBuckets (the order
+// the replay's figures were first measured in), then by the rest of the
+// hash, so that two nodes share a rank only when their names' 32-bit
+// hashes collide. With the bucket alone, 300 nodes held some 45 pairs of
+// equal rank: fragfit then left those ties to kube-scheduler, whose other
+// score plugins break them one way and the replay's random pick another.
+const (
+	rankBuckets = 1000
+	rankFine    = math.MaxUint32/rankBuckets + 1
+	// RankRange bounds NodeRank.
+	RankRange = rankBuckets * rankFine
+)
 
-// NodeRank is a node's fixed tie-break in [0, RankRange): a hash of its name,
-// so every scheduler replica and the replay order nodes alike.
-func NodeRank(name string) int64 { return int64(NameHash(name) % RankRange) }
+// NodeRank is a node's fixed tie-break in [0, RankRange): a bijection of
+// its name's hash, so every scheduler replica and the replay order nodes
+// alike.
+func NodeRank(name string) int64 {
+	h := NameHash(name)
+	return int64(h%rankBuckets)*rankFine + int64(h/rankBuckets)
+}
 
 // NameHash is the 32-bit FNV-1a hash of a name, inline so that Filter and
 // Score allocate nothing.

@@ -159,3 +159,10 @@ func isASCII(s string) bool {
 
 // SharesOneCard reports whether all containers must sit on the same card.
 func (r *Request) SharesOneCard() bool { return r.Class != protocol.ClassGeneral }
+
+// CPUOnly reports whether the request takes no card: a general pod without
+// qGPU containers, which fits any node's cards (the fragmentation-aware
+// policies still place it, by what its CPU strands).
+func (r *Request) CPUOnly() bool {
+	return r.Class == protocol.ClassGeneral && !r.NodeExclusive && len(r.Containers) == 0
+}

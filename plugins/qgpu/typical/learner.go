@@ -1,8 +1,10 @@
 // Package typical learns the workload's typical pod shapes online, from the
-// general pods placed, for the fragmentation-aware policies: FGD measures
-// fragmentation against the workload's typical pods. The scheduler plugin
-// feeds its Learner in Reserve; the trace replay's online mode feeds one the
-// same way, so both start cold and learn alike.
+// general pods placed, CPU-only pods included, for the fragmentation-aware
+// policies: FGD measures fragmentation against the workload's typical pods.
+// The scheduler plugin feeds its Learner in Reserve, and from its pod
+// informer with the pods other schedulers bind to qGPU nodes; the trace
+// replay's online mode feeds one as Reserve does, so both start cold and
+// learn alike.
 package typical
 
 import (
@@ -10,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -44,31 +48,73 @@ type Learner struct {
 	counts  map[shapeKey]float64
 	total   float64
 	pending int
+	// counted holds the pods ObservePod counted and Forget has not dropped,
+	// so that a pod that two sources report is counted once.
+	counted map[types.UID]struct{}
 	current atomic.Pointer[placement.Workload]
 }
 
 // NewLearner is a cold learner: Load is nil until the first Observe.
 func NewLearner() *Learner {
-	return &Learner{counts: map[shapeKey]float64{}}
+	return &Learner{counts: map[shapeKey]float64{}, counted: map[types.UID]struct{}{}}
 }
 
 // Load is the current workload, nil before any pod was observed.
 func (l *Learner) Load() *placement.Workload { return l.current.Load() }
 
-// Observe counts one placed general pod's containers; podCPU is its CPU
-// request in milli-cores. Online and offline pods, and pods without qGPU
-// containers, are no shape general pods leave room for.
+// Observe counts one placed general pod; podCPU is its CPU request in
+// milli-cores. A pod without qGPU containers (req nil, or CPU only) is a
+// shape of its own, with no cards: FGD measures what a node strands for
+// such pods too, and their share sets the weight of the others. Online and
+// offline pods are no shape general pods leave room for, nor is a pod that
+// takes a whole node.
 func (l *Learner) Observe(req *request.Request, podCPU int64) {
-	if req.SharesOneCard() || len(req.Containers) == 0 {
+	if req != nil && (req.SharesOneCard() || req.NodeExclusive) {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, c := range req.Containers {
-		k := shapeKey{memoryGiB: c.PerCardMemoryGiB(), cores: c.PerCardCores(), cpu: podCPU, cards: c.Cards, whole: c.Whole,
-			use: strings.Join(req.UseTypes, "|"), noUse: strings.Join(req.NoUseTypes, "|")}
-		l.counts[k]++
+	l.count(req, podCPU)
+}
+
+// ObservePod is Observe for a pod that may be reported more than once (by
+// the scheduler's Reserve, and by the pod informer once it is bound): it
+// counts the pod only the first time, and reports whether it did.
+func (l *Learner) ObservePod(uid types.UID, req *request.Request, podCPU int64) bool {
+	if req != nil && (req.SharesOneCard() || req.NodeExclusive) {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, ok := l.counted[uid]; ok {
+		return false
+	}
+	l.counted[uid] = struct{}{}
+	l.count(req, podCPU)
+	return true
+}
+
+// Forget drops a pod that is gone from the pods ObservePod counted; its
+// shape stays in the counts.
+func (l *Learner) Forget(uid types.UID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.counted, uid)
+}
+
+// count adds the pod's containers (one CPU-only shape for a pod without
+// any) and republishes the workload when due; the caller holds l.mu.
+func (l *Learner) count(req *request.Request, podCPU int64) {
+	if req == nil || len(req.Containers) == 0 {
+		l.counts[shapeKey{cpu: podCPU}]++
 		l.total++
+	} else {
+		for _, c := range req.Containers {
+			k := shapeKey{memoryGiB: c.PerCardMemoryGiB(), cores: c.PerCardCores(), cpu: podCPU, cards: c.Cards, whole: c.Whole,
+				use: strings.Join(req.UseTypes, "|"), noUse: strings.Join(req.NoUseTypes, "|")}
+			l.counts[k]++
+			l.total++
+		}
 	}
 	if l.total > forgetAt {
 		l.halve()

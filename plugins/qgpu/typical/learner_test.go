@@ -12,27 +12,65 @@ func general(mem, cores int64) *request.Request {
 		Containers: []request.Container{{Name: "c", MemoryGiB: mem, Cores: cores, Cards: 1}}}
 }
 
-// A cold learner has no workload; pods that are no general shape leave it
-// cold; each of the first RelearnEvery pods is learned at once.
+// A cold learner has no workload; online, offline and node-exclusive pods
+// leave it cold; a CPU-only pod is a shape (no cards); each of the first
+// RelearnEvery pods is learned at once.
 func TestLearnerStartsCold(t *testing.T) {
 	l := NewLearner()
 	if l.Load() != nil {
 		t.Fatal("workload before any pod")
 	}
-	l.Observe(&request.Request{Class: protocol.ClassGeneral}, 4000)
 	online := general(4, 0)
 	online.Class = protocol.ClassOnline
 	l.Observe(online, 4000)
+	exclusive := general(0, 0)
+	exclusive.NodeExclusive = true
+	l.Observe(exclusive, 4000)
 	if l.Load() != nil {
-		t.Fatal("a CPU-only or online pod made a workload")
+		t.Fatal("an online or node-exclusive pod made a workload")
 	}
-	l.Observe(general(4, 10), 4000)
+	l.Observe(&request.Request{Class: protocol.ClassGeneral}, 4000)
 	if w := l.Load(); w == nil || w.Len() != 1 {
-		t.Fatalf("after one pod: %v, want one shape", w)
+		t.Fatalf("after a CPU-only pod: %v, want one shape", w)
 	}
-	l.Observe(general(8, 20), 4000)
+	l.Observe(nil, 4000) // the same shape: a pod without qGPU requests
+	l.Observe(general(4, 10), 4000)
 	if w := l.Load(); w.Len() != 2 {
 		t.Fatalf("after two shapes: %d shapes, want 2", w.Len())
+	}
+	l.Observe(general(8, 20), 4000)
+	if w := l.Load(); w.Len() != 3 {
+		t.Fatalf("after three shapes: %d shapes, want 3", w.Len())
+	}
+}
+
+// ObservePod counts a pod once, whoever reports it and however often,
+// until Forget drops it; Forget keeps its shape counted.
+func TestLearnerObservePodOnce(t *testing.T) {
+	l := NewLearner()
+	if !l.ObservePod("a", nil, 1000) {
+		t.Fatal("first report of pod a not counted")
+	}
+	if l.ObservePod("a", nil, 1000) || l.ObservePod("a", general(4, 10), 1000) {
+		t.Fatal("pod a counted twice")
+	}
+	if !l.ObservePod("b", general(4, 10), 1000) {
+		t.Fatal("pod b not counted")
+	}
+	if l.total != 2 {
+		t.Fatalf("total %v, want 2", l.total)
+	}
+	l.Forget("a")
+	if l.total != 2 || len(l.counted) != 1 {
+		t.Fatalf("after Forget: total %v, %d pods remembered, want 2 and 1", l.total, len(l.counted))
+	}
+	if !l.ObservePod("a", nil, 1000) {
+		t.Fatal("a new pod under a forgotten UID not counted")
+	}
+	online := general(4, 0)
+	online.Class = protocol.ClassOnline
+	if l.ObservePod("c", online, 1000) {
+		t.Fatal("an online pod counted")
 	}
 }
 

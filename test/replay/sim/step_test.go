@@ -60,29 +60,30 @@ func TestStepperFollows(t *testing.T) {
 }
 
 // The stepper starts cold, as a scheduler that just started: no typical
-// shapes until a pod asking for cards was placed.
+// shapes until a pod was placed; a CPU-only pod is a shape of its own, as
+// the scheduler's learner counts it.
 func TestStepperStartsCold(t *testing.T) {
 	nodes, pods := load(t)
 	s := NewStepper(QGPU, nodes, placement.FragFit, 1)
 	if s.sel.workload() != nil {
 		t.Fatal("typical shapes before any pod")
 	}
+	cpuOnly, gpu := -1, -1
 	for i := range pods {
-		if p := &pods[i]; p.NumGPU == 0 {
-			s.Place(p, s.Request(p))
+		switch {
+		case pods[i].NumGPU == 0 && cpuOnly < 0:
+			cpuOnly = i
+		case pods[i].NumGPU == 1 && pods[i].GPUMilli < 1000 && gpu < 0:
+			gpu = i
 		}
 	}
-	if s.sel.workload() != nil {
-		t.Fatal("CPU-only pods made typical shapes")
-	}
-	for i := range pods {
-		if p := &pods[i]; p.NumGPU > 0 {
-			s.Place(p, s.Request(p))
-			break
-		}
-	}
+	s.Place(&pods[cpuOnly], s.Request(&pods[cpuOnly]))
 	if w := s.sel.workload(); w == nil || w.Len() != 1 {
-		t.Fatalf("after one GPU pod: %v, want one typical shape", w)
+		t.Fatalf("after one CPU-only pod: %v, want one typical shape", w)
+	}
+	s.Place(&pods[gpu], s.Request(&pods[gpu]))
+	if w := s.sel.workload(); w.Len() != 2 {
+		t.Fatalf("after a GPU pod: %d shapes, want 2", w.Len())
 	}
 }
 
