@@ -46,27 +46,30 @@ const (
 // TestSchedulerTracksReplayAtScale places a few thousand pods of the
 // Alibaba openb trace (CPU-only ones included: the fragmentation-aware
 // policies place and learn them too) on a few hundred of its nodes, one at
-// a time, through
-// the real scheduler binary with the shipped default profile (evaluating
-// every node, see everyNodeProfile), and through
-// the trace replay (qgpu mode, the policy that profile configures), both
-// from a cold start: no typical shapes until they learn them from the pods
-// they place. A pod the scheduler cannot place is deleted, as the replay
-// drops it. Beside the independent replay, a second one follows the
-// scheduler's choices (sim.Stepper.PlaceOn) to say, pod by pod, whether the
-// scheduler chose a node the replay ranks first and the cards the replay
-// takes there. The final allocations must agree within scaleMaxDiff.
+// a time, through the real scheduler binary with the shipped default
+// profile (which scores every node, as the replay does), and through the
+// trace replay (qgpu mode, the policy that profile configures), both from a
+// cold start: no typical shapes until they learn them from the pods they
+// place. A pod the scheduler cannot place is deleted, as the replay drops
+// it. Beside the independent replay, a second one follows the scheduler's
+// choices (sim.Stepper.PlaceOn) to say, pod by pod, whether the scheduler
+// chose a node the replay ranks first and the cards the replay takes
+// there. The final allocations must agree within scaleMaxDiff.
 func TestSchedulerTracksReplayAtScale(t *testing.T) {
 	nodes, pods, order := scaleTrace(t, traceDir(t))
 	policy, err := sim.ProfilePolicy(repoFile(t, sim.DefaultProfile))
 	if err != nil {
 		t.Fatal(err)
 	}
+	profile := repoFile(t, sim.DefaultProfile)
+	if raw, err := os.ReadFile(profile); err != nil || !strings.Contains(string(raw), "\npercentageOfNodesToScore: 100\n") {
+		t.Fatalf("%s must score every node (percentageOfNodesToScore: 100), as the replay does (err: %v)", sim.DefaultProfile, err)
+	}
 	cp := harness.Start(t)
 	for i := range nodes {
 		createNodes(t, cp.Client, traceNode(t, &nodes[i]))
 	}
-	harness.StartQGPUScheduler(t, cp, everyNodeProfile(t))
+	harness.StartQGPUScheduler(t, cp, profile)
 	replay := sim.NewStepper(sim.QGPU, nodes, policy, scaleSeed)
 	follow := sim.NewStepper(sim.QGPU, nodes, policy, scaleSeed)
 	w := watchPods(t, cp.Client, "default")
@@ -149,33 +152,6 @@ func (s scaleTally) String() string {
 		"%) on a node the replay ranks first, " + strconv.Itoa(s.cardsDiffer) + " on other cards; " +
 		strconv.Itoa(s.unplaced) + " unschedulable (" + strconv.Itoa(s.pendingFits) + " of them with a node in the replay); " +
 		strconv.Itoa(s.tied) + " with tied best nodes; replays apart from pod " + strconv.Itoa(s.firstApart)
-}
-
-// everyNodeProfile is the shipped profile with percentageOfNodesToScore
-// 100, written to a temporary file. The replay evaluates every node; the
-// shipped profile leaves kube-scheduler's adaptive default, which on 300
-// nodes evaluates the first 144 feasible ones from a rotating start, so
-// which node wins depends on where the cycle started: measured 2026-11-25,
-// that alone moved the final allocation by -0.08 to -0.51 points over four
-// runs (docs/performance.md). Every other setting is the shipped one.
-func everyNodeProfile(t *testing.T) string {
-	t.Helper()
-	raw, err := os.ReadFile(repoFile(t, sim.DefaultProfile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(string(raw), "percentageOfNodesToScore") {
-		t.Fatalf("%s sets percentageOfNodesToScore: this test would override it", sim.DefaultProfile)
-	}
-	cfg := strings.Replace(string(raw), "\nprofiles:\n", "\npercentageOfNodesToScore: 100\nprofiles:\n", 1)
-	if cfg == string(raw) {
-		t.Fatalf("%s: no top-level profiles list", sim.DefaultProfile)
-	}
-	path := filepath.Join(t.TempDir(), "every-node.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // traceDir is $QGPU_TRACES, the directory holding the openb node list and
