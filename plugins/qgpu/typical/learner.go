@@ -69,7 +69,7 @@ func (l *Learner) Load() *placement.Workload { return l.current.Load() }
 // offline pods are no shape general pods leave room for, nor is a pod that
 // takes a whole node.
 func (l *Learner) Observe(req *request.Request, podCPU int64) {
-	if req != nil && (req.SharesOneCard() || req.NodeExclusive) {
+	if !isShape(req) {
 		return
 	}
 	l.mu.Lock()
@@ -81,7 +81,7 @@ func (l *Learner) Observe(req *request.Request, podCPU int64) {
 // the scheduler's Reserve, and by the pod informer once it is bound): it
 // counts the pod only the first time, and reports whether it did.
 func (l *Learner) ObservePod(uid types.UID, req *request.Request, podCPU int64) bool {
-	if req != nil && (req.SharesOneCard() || req.NodeExclusive) {
+	if !isShape(req) {
 		return false
 	}
 	l.mu.Lock()
@@ -92,6 +92,12 @@ func (l *Learner) ObservePod(uid types.UID, req *request.Request, podCPU int64) 
 	l.counted[uid] = struct{}{}
 	l.count(req, podCPU)
 	return true
+}
+
+// isShape reports whether a pod of req (nil: no qGPU request) is a shape
+// general pods leave room for.
+func isShape(req *request.Request) bool {
+	return req == nil || !(req.SharesOneCard() || req.NodeExclusive)
 }
 
 // Forget drops a pod that is gone from the pods ObservePod counted; its
