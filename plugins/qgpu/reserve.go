@@ -28,7 +28,7 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		return fwk.AsStatus(err)
 	}
 	if s.req.CPUOnly() {
-		p.shared.learnCPUOnly(pod, nodeName)
+		p.shared.learnCPUOnly(pod.UID, nodeName, s.podCPU)
 		return nil
 	}
 	var assignment []protocol.ContainerAssignment

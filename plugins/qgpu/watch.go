@@ -173,7 +173,7 @@ func (s *shared) learnBound(old, pod *v1.Pod) {
 	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 		return
 	}
-	s.learnCPUOnly(pod, pod.Spec.NodeName)
+	s.learnCPUOnly(pod.UID, pod.Spec.NodeName, podCPU(pod))
 }
 
 func trustedAssignment(pod *v1.Pod, raw string) (*protocol.Assignment, error) {

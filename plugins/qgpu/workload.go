@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
@@ -32,13 +33,14 @@ func (p *QGPU) env(s *cycleState, ni fwk.NodeInfo) placement.Env {
 	return e
 }
 
-// learnCPUOnly counts a pod without qGPU requests bound to node in the
-// workload, once, when the node has qGPU cards: the workload the policies
-// leave room for is what competes for those nodes' CPU and cards, whoever
-// placed it. Reserve calls it for the pods this scheduler places, the pod
-// informer for those other schedulers bind (learnBound).
-func (s *shared) learnCPUOnly(pod *v1.Pod, node string) {
+// learnCPUOnly counts a pod without qGPU requests (uid, its CPU request in
+// milli-cores) bound to node in the workload, once, when the node has qGPU
+// cards: the workload the policies leave room for is what competes for
+// those nodes' CPU and cards, whoever placed it. Reserve calls it for the
+// pods this scheduler places, the pod informer for those other schedulers
+// bind (learnBound).
+func (s *shared) learnCPUOnly(uid types.UID, node string, cpu int64) {
 	if s.ledger.HasCards(node) {
-		s.workload.ObservePod(pod.UID, nil, podCPU(pod))
+		s.workload.ObservePod(uid, nil, cpu)
 	}
 }
