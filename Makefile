@@ -6,7 +6,7 @@ BIN := bin
 STATICCHECK_VERSION := v0.7.0
 FUZZTIME ?= 10s
 # Unit-test packages: everything but the apiserver-linking integration suite
-# (test/e2enode has no tests of its own: make e2e-node runs it).
+# (test/e2enode's unit tests run here; make e2e-node runs the program).
 UNIT_PKGS = $(shell $(GO) list ./... | grep -v /test/integration)
 BINARIES := qgpu-scheduler qgpu-agent kubectl-qgpu
 TEST_BINARIES := qgpu-hollow-node qgpu-fake-plugin qgpu-agent-sim

@@ -15,8 +15,8 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-# One run at a time on a machine: the nodes' kubelet ports, cgroup roots and
-# pod address ranges are fixed.
+# One run at a time on a machine: the nodes' cgroup roots, pod address
+# ranges and device paths are fixed.
 exec 9>/run/qgpu-e2e-node.lock
 if ! flock -w 900 9; then
   echo "e2e-node: another make e2e-node held /run/qgpu-e2e-node.lock for 15 minutes" >&2

@@ -28,9 +28,8 @@ type node struct {
 	dir    string // host-visible state: kubelet/, pods/ (container logs), dev/, *.log
 	labels []string
 	prefix string // the pods' 169.254.x.0/24
-	port   int    // kubelet port; port+1 is its healthz port
-	cmd    *exec.Cmd
-	done   chan struct{} // closed when the runner exited
+	ports  [2]int // the kubelet's port and its healthz port
+	runner *proc
 }
 
 // nodeEnv is what every node needs from the e2e program.
@@ -59,13 +58,16 @@ func (n *node) start(env nodeEnv, kubeconfig string, cards int) error {
 	}
 	files := map[string]string{
 		"containerd.toml":          containerdConfig(n.dir, env),
-		"kubelet.yaml":             kubeletConfig(n.dir, n.port, cgroupRoot(n.name)),
+		"kubelet.yaml":             kubeletConfig(n.dir, n.ports, cgroupRoot(n.name)),
 		"cni/10-qgpu-e2e.conflist": cniConfig(n.dir, n.prefix, env),
 	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
 			return err
 		}
+	}
+	if err := checkPrivateSockets(filepath.Join(env.binDir, "containerd"), n.dir); err != nil {
+		return err
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -81,45 +83,26 @@ func (n *node) start(env nodeEnv, kubeconfig string, cards int) error {
 	if err != nil {
 		return err
 	}
-	n.cmd = exec.Command("unshare", args...)
-	n.cmd.Stdout, n.cmd.Stderr = log, log
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	if err := n.cmd.Start(); err != nil {
+	defer log.Close()
+	cmd := exec.Command("unshare", args...)
+	cmd.Stdout, cmd.Stderr = log, log
+	runner, err := startProc(cmd, syscall.SIGTERM)
+	if err != nil {
 		return err
 	}
-	n.done = make(chan struct{})
-	go func() { _ = n.cmd.Wait(); close(n.done) }()
+	n.runner = runner
 	return nil
 }
 
-func (n *node) exited() bool {
-	select {
-	case <-n.done:
-		return true
-	default:
-		return false
-	}
-}
+func (n *node) exited() bool { return n.runner.exited() }
 
 // stop asks the runner to stop everything it started and waits (bounded).
 func (n *node) stop() {
-	if n.done == nil {
+	if n.runner == nil {
 		return
 	}
-	terminate(n.cmd, n.done, 60*time.Second)
+	n.runner.terminate(60 * time.Second)
 	unmountNodeFiles(n.dir)
-}
-
-// terminate sends SIGTERM, and SIGKILL when the process has not exited
-// (done closed) within grace; it returns once the process is gone.
-func terminate(cmd *exec.Cmd, done <-chan struct{}, grace time.Duration) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(grace):
-		_ = cmd.Process.Kill()
-		<-done
-	}
 }
 
 // makeDevices creates nvidia0..cards-1 and nvidiactl as character devices
@@ -169,15 +152,18 @@ func runNode(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	var procs []*proc
+	sock := filepath.Join(dir, "containerd.sock")
+	containerd := &component{dir: dir, name: "containerd", bin: filepath.Join(binDir, "containerd"),
+		args: []string{"--config", filepath.Join(dir, "containerd.toml")}}
+	kubelet := &component{dir: dir, name: "kubelet", bin: filepath.Join(binDir, "kubelet"),
+		args: []string{"--config", filepath.Join(dir, "kubelet.yaml"), "--kubeconfig", kubeconfig,
+			"--hostname-override", name, "--node-ip", "127.0.0.1", "--cert-dir", filepath.Join(dir, "pki"),
+			"--node-labels", labels, "--v", "2"}}
 	shim := filepath.Join(binDir, "containerd-shim-runc-v2")
-	defer func() { teardown(dir, shim, procs) }()
-	containerd, err := spawn(dir, "containerd", filepath.Join(binDir, "containerd"), "--config", filepath.Join(dir, "containerd.toml"))
-	if err != nil {
+	defer teardown(dir, shim, kubelet, containerd)
+	if err := containerd.start(); err != nil {
 		return err
 	}
-	procs = append(procs, containerd)
-	sock := filepath.Join(dir, "containerd.sock")
 	if err := waitFor(ctx, 60*time.Second, "containerd socket", func() bool { _, err := os.Stat(sock); return err == nil }); err != nil {
 		return err
 	}
@@ -187,40 +173,55 @@ func runNode(args []string) error {
 			return fmt.Errorf("importing %s: %v: %s", img, err, out)
 		}
 	}
-	kubelet, err := spawn(dir, "kubelet", filepath.Join(binDir, "kubelet"),
-		"--config", filepath.Join(dir, "kubelet.yaml"), "--kubeconfig", kubeconfig,
-		"--hostname-override", name, "--node-ip", "127.0.0.1", "--cert-dir", filepath.Join(dir, "pki"),
-		"--node-labels", labels, "--v", "2")
-	if err != nil {
+	if err := kubelet.start(); err != nil {
 		return err
 	}
-	procs = append(procs, kubelet)
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-containerd.done:
-		return fmt.Errorf("containerd exited early: %v (see %s/containerd.log)", containerd.err, dir)
-	case <-kubelet.done:
-		return fmt.Errorf("the kubelet exited early: %v (see %s/kubelet.log)", kubelet.err, dir)
+	return supervise(ctx, containerd, kubelet)
+}
+
+// supervise restarts containerd or the kubelet when one exits on its own
+// (component.restart) until ctx ends.
+func supervise(ctx context.Context, containerd, kubelet *component) error {
+	for {
+		var exited *component
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-containerd.proc.done:
+			exited = containerd
+		case <-kubelet.proc.done:
+			exited = kubelet
+		}
+		fmt.Printf("%s %s exited: %v; restarting it\n", time.Now().Format(time.RFC3339Nano), exited.name, exited.proc.err)
+		if err := exited.restart(ctx); err != nil {
+			return err
+		}
 	}
 }
 
-// proc is a started process and its exit.
-type proc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
+// stateBinds are the node's state directories: under its dir, mounted
+// where the kubelet and the agent keep them.
+var stateBinds = [][2]string{
+	{"kubelet", "/var/lib/kubelet"}, {"pods", "/var/log/pods"}, {"containers", "/var/log/containers"},
+	{"qgpu", "/var/lib/qgpu"}, {"dev", DeviceRoot},
 }
+
+// privateBinds are every bind mount of a node: its state and what a GPU
+// node has installed (nodeBinds).
+func privateBinds() [][2]string { return append(append([][2]string{}, stateBinds...), nodeBinds...) }
+
+// nodeTmpfs are the runtime directories each node gets as a tmpfs of its
+// own: pod network namespaces, containerd's shim sockets, and NRI's socket
+// (containerd removes and re-creates /var/run/nri/nri.sock at start: two
+// nodes sharing it race, and the loser's CRI plugin, so its containerd, exits).
+var nodeTmpfs = []string{"/run/netns", "/run/containerd", "/run/nri"}
 
 // nodeMounts gives the node its own /var/lib/kubelet, /var/log/pods,
 // /var/lib/qgpu, device root, netns and containerd runtime directories,
-// bind-mounted from dir so that the e2e program reads them from the host.
+// bind-mounted from dir so that the e2e program reads them from the host,
+// or a tmpfs (nodeTmpfs).
 func nodeMounts(dir string) error {
-	binds := [][2]string{
-		{"kubelet", "/var/lib/kubelet"}, {"pods", "/var/log/pods"}, {"containers", "/var/log/containers"},
-		{"qgpu", "/var/lib/qgpu"}, {"dev", DeviceRoot},
-	}
-	for _, b := range append(binds, nodeBinds...) {
+	for _, b := range privateBinds() {
 		src := filepath.Join(dir, b[0])
 		if err := os.MkdirAll(b[1], 0o755); err != nil {
 			return err
@@ -229,7 +230,7 @@ func nodeMounts(dir string) error {
 			return fmt.Errorf("bind-mounting %s on %s: %w", src, b[1], err)
 		}
 	}
-	for _, t := range []string{"/run/netns", "/run/containerd"} {
+	for _, t := range nodeTmpfs {
 		if err := os.MkdirAll(t, 0o755); err != nil {
 			return err
 		}
@@ -240,32 +241,16 @@ func nodeMounts(dir string) error {
 	return nil
 }
 
-func spawn(dir, name, bin string, args ...string) (*proc, error) {
-	log, err := os.Create(filepath.Join(dir, name+".log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &proc{cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	return p, nil
-}
-
 // teardown stops the kubelet, then every container and shim containerd
 // started (by the pids it recorded), then containerd; the mount namespace,
 // and every mount in it, goes with its last process.
-func teardown(dir, shim string, procs []*proc) {
-	for i := len(procs) - 1; i >= 0; i-- {
-		p := procs[i]
-		if i == 0 { // containerd: its tasks first
-			killContainers(dir, shim)
-		}
-		terminate(p.cmd, p.done, 15*time.Second)
+func teardown(dir, shim string, kubelet, containerd *component) {
+	if kubelet.proc != nil {
+		kubelet.proc.terminate(15 * time.Second)
+	}
+	killContainers(dir, shim)
+	if containerd.proc != nil {
+		containerd.proc.terminate(15 * time.Second)
 	}
 	killContainers(dir, shim)
 }

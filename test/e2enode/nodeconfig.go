@@ -2,7 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
 )
 
 // The configuration files of a node's containerd, CNI plugin and kubelet.
@@ -44,7 +48,7 @@ func cniConfig(dir, prefix string, env nodeEnv) string {
 `, prefix, filepath.Join(dir, "cni-data"), env.proxySocket, env.serviceIP)
 }
 
-func kubeletConfig(dir string, port int, cgroupRoot string) string {
+func kubeletConfig(dir string, ports [2]int, cgroupRoot string) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: 127.0.0.1
@@ -69,5 +73,40 @@ nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s
 resolvConf: ""
 rotateCertificates: false
-`, port, port+1, cgroupRoot, filepath.Join(dir, "containerd.sock"))
+`, ports[0], ports[1], cgroupRoot, filepath.Join(dir, "containerd.sock"))
+}
+
+// socketKey matches the socket paths of `containerd config dump`: the
+// sections' address and the plugins' socket_path keys.
+var socketKey = regexp.MustCompile(`(?m)^\s*(address|socket_path)\s*=\s*'([^']+)'`)
+
+// checkPrivateSockets runs `containerd config dump` on the node's
+// configuration and fails on a socket path that every node would share:
+// one neither under dir nor under a mount of the node's own (privateBinds,
+// nodeTmpfs). Two containerds listening on one path race at start.
+func checkPrivateSockets(containerd, dir string) error {
+	out, err := exec.Command(containerd, "--config", filepath.Join(dir, "containerd.toml"), "config", "dump").Output()
+	if err != nil {
+		return fmt.Errorf("containerd config dump: %w", err)
+	}
+	return privateSockets(string(out), dir)
+}
+
+// privateSockets is checkPrivateSockets on a dump's text.
+func privateSockets(dump, dir string) error {
+	private := []string{dir}
+	for _, b := range privateBinds() {
+		private = append(private, b[1])
+	}
+	private = append(private, nodeTmpfs...)
+	for _, m := range socketKey.FindAllStringSubmatch(dump, -1) {
+		path := filepath.Clean(m[2])
+		if rest, ok := strings.CutPrefix(path, "/var/run/"); ok { // a link to /run
+			path = "/run/" + rest
+		}
+		if !slices.ContainsFunc(private, func(p string) bool { return path == p || strings.HasPrefix(path, p+"/") }) {
+			return fmt.Errorf("containerd's %s %s is the same path on every node: give it a path under %s or a mount of the node's own", m[1], m[2], dir)
+		}
+	}
+	return nil
 }

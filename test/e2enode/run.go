@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -77,10 +78,16 @@ func run(ctx context.Context, o options) (result, error) {
 		return res, err
 	}
 	if err := waitNodesReady(ctx, cp.Client, nodes); err != nil {
+		reportRestarts(start, nodes, time.Time{})
+		diagnose(nodes)
 		return res, err
 	}
+	readyAt := time.Now()
 	stepLog(start, "%d nodes Ready", len(nodes))
-	return check(ctx, start, o, cp, nodes)
+	res, err = check(ctx, start, o, cp, nodes)
+	res.failures += reportRestarts(start, nodes, readyAt)
+	diagnose(nodes)
+	return res, err
 }
 
 // startControllers runs kube-controller-manager (Deployments, DaemonSets,
@@ -90,18 +97,10 @@ func run(ctx context.Context, o options) (result, error) {
 // qgpu-scheduler binary with no --config, which is kube-scheduler with its
 // default profile.
 func startControllers(o options, admin, caFile string) (func(), error) {
-	var procs []*exec.Cmd
+	var procs []*proc
 	stop := func() {
 		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { _ = p.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				_ = p.Process.Kill()
-				<-done
-			}
+			p.terminate(15 * time.Second)
 		}
 	}
 	for _, c := range []struct {
@@ -121,11 +120,12 @@ func startControllers(o options, admin, caFile string) (func(), error) {
 		}
 		cmd := exec.Command(c.bin, c.args...)
 		cmd.Stdout, cmd.Stderr = log, log
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
+		p, err := startProc(cmd, syscall.SIGKILL)
+		log.Close()
+		if err != nil {
 			return stop, fmt.Errorf("starting %s: %w", c.name, err)
 		}
-		procs = append(procs, cmd)
+		procs = append(procs, p)
 	}
 	return stop, nil
 }
@@ -141,12 +141,15 @@ func startNodes(ctx context.Context, o options, cp *harness.ControlPlane) ([]*no
 	env := nodeEnv{binDir: o.binDir, images: images, pauseImage: o.repo + "/pause:" + o.version,
 		proxySocket: filepath.Join(o.workDir, "proxy.sock"), serviceIP: serviceIP}
 	specs := []*node{
-		{name: "e2e-node-1", labels: []string{"qgpu-device-enable=enable"}, prefix: "169.254.11", port: 10350},
-		{name: "e2e-node-2", labels: []string{"qgpu-device-enable=enable", "mixed-qgpu-enable=enable"}, prefix: "169.254.12", port: 10360},
+		{name: "e2e-node-1", labels: []string{"qgpu-device-enable=enable"}, prefix: "169.254.11"},
+		{name: "e2e-node-2", labels: []string{"qgpu-device-enable=enable", "mixed-qgpu-enable=enable"}, prefix: "169.254.12"},
 	}
 	var started []*node
 	for _, n := range specs {
 		n.dir = filepath.Join(o.workDir, n.name)
+		if n.ports, err = freePorts(); err != nil {
+			return started, fmt.Errorf("node %s: %w", n.name, err)
+		}
 		if err := os.MkdirAll(n.dir, 0o755); err != nil {
 			return started, err
 		}
@@ -160,6 +163,22 @@ func startNodes(ctx context.Context, o options, cp *harness.ControlPlane) ([]*no
 		started = append(started, n)
 	}
 	return started, nil
+}
+
+// freePorts returns two TCP ports of 127.0.0.1 that no one listens on now,
+// for a kubelet and its healthz server: fixed ports would collide with
+// whatever else the machine runs.
+func freePorts() ([2]int, error) {
+	var ports [2]int
+	for i := range ports {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return ports, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer ln.Close()
+		ports[i] = ln.Addr().(*net.TCPAddr).Port
+	}
+	return ports, nil
 }
 
 func waitNodesReady(ctx context.Context, client kubernetes.Interface, nodes []*node) error {
