@@ -165,6 +165,54 @@ func Frag(cards []ledger.Card, cpuLeft int64, cpuKnown bool, w *Workload) float6
 	return f
 }
 
+// Strand is the free card capacity of a node, in milli-cards, that the
+// node's free CPU cannot carry: the pods with cards the workload brings
+// take cpuPerMilli of CPU with every milli-card (Workload.cpuPerMilli, on
+// cards of the node's memory), so cpuLeft carries cpuLeft/cpuPerMilli of
+// the free capacity and the rest will stand idle once the CPU is gone.
+// FGD's Frag sees CPU only when the next pod no longer fits; Strand is the
+// same waste seen over the node's remaining life. 0 without a workload
+// with cards. A node's cards are of one model: the first one's memory
+// stands for all.
+func Strand(cards []ledger.Card, cpuLeft int64, w *Workload) float64 {
+	if len(cards) == 0 || w == nil {
+		return 0
+	}
+	perMilli := w.cpuPerMilli(cards[0].MemoryGiB)
+	if perMilli == 0 {
+		return 0
+	}
+	var free int64
+	for i := range cards {
+		free += CardFree(&cards[i])
+	}
+	return max(0, float64(free)-float64(max(cpuLeft, 0))/perMilli)
+}
+
+// cpuPerMilli is the CPU the workload's pods with cards bring per
+// milli-card they take on cards of memoryGiB, weighted by their shares: a
+// pod's take of a card is the larger of its memory and cores shares (all
+// of it for whole cards), as CardFree's room is the smaller.
+func (w *Workload) cpuPerMilli(memoryGiB int64) float64 {
+	var cpu, milli float64
+	for _, cs := range w.shapes {
+		if cs.gpu < 0 {
+			continue
+		}
+		g := &w.gpu[cs.gpu]
+		take := int64(1000)
+		if !g.whole {
+			take = min(1000, max(g.memoryGiB*1000/max(memoryGiB, 1), g.cores*10))
+		}
+		cpu += cs.weight * float64(cs.cpu)
+		milli += cs.weight * float64(take*int64(g.cards))
+	}
+	if milli == 0 {
+		return 0
+	}
+	return cpu / milli
+}
+
 // fgdScore is the simulator's score: sigmoid of the fragmentation decrease
 // in cards, scaled to MaxScore and truncated to an integer as it was.
 func fgdScore(before, after float64) int64 {
@@ -176,6 +224,14 @@ func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 // envFrag is Frag with the CPU the env knows.
 func envFrag(cards []ledger.Card, env *Env, cpuLeft int64) float64 {
 	return Frag(cards, cpuLeft, env.CPUCap > 0, env.Workload)
+}
+
+// envStrand is Strand when the env knows the node's CPU, else 0.
+func envStrand(cards []ledger.Card, env *Env, cpuLeft int64) float64 {
+	if env.CPUCap <= 0 {
+		return 0
+	}
+	return Strand(cards, cpuLeft, env.Workload)
 }
 
 // fragBefore is envFrag of the node before the pod: env.Before when the

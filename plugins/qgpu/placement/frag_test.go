@@ -213,3 +213,63 @@ func TestFragFitRaw(t *testing.T) {
 		})
 	}
 }
+
+func TestStrand(t *testing.T) {
+	// halfAndWhole brings (0.5·4000 + 0.5·8000) CPU per (0.5·500 + 0.5·1000)
+	// milli-cards: 8 per milli-card.
+	qgpuHalf := NewWorkload([]Shape{{MemoryGiB: 8, Cores: 25, Cards: 1, CPUMilli: 4000, Weight: 1}})     // takes 250 of a 32 GiB card
+	memoryBound := NewWorkload([]Shape{{MemoryGiB: 16, Cores: 10, Cards: 1, CPUMilli: 4000, Weight: 1}}) // takes 500 of a 32 GiB card
+	cpuOnly := NewWorkload([]Shape{{CPUMilli: 4000, Weight: 1}})
+	tests := []struct {
+		name    string
+		cards   []ledger.Card
+		cpuLeft int64
+		work    *Workload
+		want    float64
+	}{
+		{"CPU carries every free card", milliCards(0, 0), 16000, halfAndWhole, 0},
+		{"CPU for half the free capacity", milliCards(0, 0), 8000, halfAndWhole, 1000},
+		{"no CPU left: all free capacity", milliCards(0, 500), 0, halfAndWhole, 1500},
+		{"CPU overbooked counts as none", milliCards(0, 500), -100, halfAndWhole, 1500},
+		{"full node: nothing to strand", milliCards(1000, 1000), 0, halfAndWhole, 0},
+		{"no pods with cards in the workload", milliCards(0, 0), 0, cpuOnly, 0},
+		{"qGPU units: cores set the take", cards(2, 32), 16000, qgpuHalf, 1000},
+		{"qGPU units: memory sets the take", cards(2, 32), 16000, memoryBound, 0},
+		{"no cards", nil, 0, halfAndWhole, 0},
+		{"no workload", milliCards(0, 0), 0, nil, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Strand(tt.cards, tt.cpuLeft, tt.work); math.Abs(got-tt.want) > 1e-9 {
+				t.Errorf("Strand = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestFragFitKeepsCPUForFreeCards: a pod that brings more CPU per card
+// share than the workload's pods do goes where the CPU left can still carry
+// the free cards, though FGD's Frag, which sees only the next pod, rates
+// both nodes alike (and the rank prefers the other).
+func TestFragFitKeepsCPUForFreeCards(t *testing.T) {
+	half := NewWorkload([]Shape{{MemoryGiB: 500, Cards: 1, CPUMilli: 4000, Weight: 1}}) // 8 CPU per milli-card
+	pod := req(general, shared("c", 500, 0))
+	score := func(cpuLeft, rank int64) int64 {
+		env := &Env{Workload: half, CPULeft: cpuLeft, CPUCap: 64000, PodCPU: 8000, Rank: rank}
+		_, raw, reason := Evaluate(milliCards(0, 0, 0, 0), false, pod, FragFit, FragFit, env, nil)
+		if reason != "" {
+			t.Fatal(reason)
+		}
+		return raw
+	}
+	for _, cpu := range []int64{64000, 24000} {
+		before, after := Frag(milliCards(0, 0, 0, 0), cpu, true, half), Frag(milliCards(0, 0, 0, 500), cpu-8000, true, half)
+		if before != 0 || after != 0 {
+			t.Fatalf("Frag with %d CPU left: %v before, %v after; the case needs 0 and 0", cpu, before, after)
+		}
+	}
+	roomy, tight := score(64000, 1), score(24000, 999)
+	if roomy <= tight {
+		t.Errorf("raw %d on the node with CPU for its free cards, %d on the one the pod's CPU strands: want more", roomy, tight)
+	}
+}

@@ -16,11 +16,12 @@ const (
 	// pods, grows least, scored by the paper's truncated sigmoid; the card
 	// is the one FGD's score prefers, as the paper's simulator takes it.
 	FGD Policy = "fgd"
-	// FragFit is FGD's node score with the tightest card, and a fixed order
-	// among the nodes FGD rates alike instead of kube-scheduler's random
-	// pick: for a pod without cards the node with the fewest free cards
-	// first, then a fixed node rank (see fragFitRaw). It is the shipped
-	// default.
+	// FragFit is FGD's node score, with the node's stranded capacity
+	// (Strand: free cards its free CPU cannot carry) counted as fragment
+	// too, the tightest card, and a fixed order among the nodes it rates
+	// alike instead of kube-scheduler's random pick: for a pod without
+	// cards the node with the fewest free cards first, then a fixed node
+	// rank (see fragFitRaw). It is the shipped default.
 	FragFit Policy = "fragfit"
 )
 

@@ -68,6 +68,9 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	var before float64
 	if frag {
 		before = fragBefore(cards, env)
+		if nodePolicy == FragFit {
+			before += envStrand(cards, env, env.CPULeft)
+		}
 	}
 	placed, reason := PlaceIn(cards, mixed, req, cardPolicy, env, out)
 	if reason != "" {
@@ -78,7 +81,8 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	case frag && nodePolicy == FGD:
 		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
 	case frag && nodePolicy == FragFit:
-		score = fragFitRaw(before, envFrag(cards, env, env.cpuLeftAfter()), cards, env.rank(), req.CPUOnly())
+		after := envFrag(cards, env, env.cpuLeftAfter()) + envStrand(cards, env, env.cpuLeftAfter())
+		score = fragFitRaw(before, after, cards, env.rank(), req.CPUOnly())
 	case req.CPUOnly() && nodePolicy == FragFit:
 		// No workload learned yet: nothing to measure, so FGD's score is
 		// the same everywhere and the fit decides (fewest free cards).
@@ -141,7 +145,8 @@ const fitRange = 1 << 16
 // fragFitRaw is fragfit's raw node score (docs/performance.md#fragfit-the-shipped-default):
 //
 //  1. FGD's own score, the paper's truncated sigmoid of the fragmentation
-//     decrease: its resolution, not one chosen here.
+//     decrease (Evaluate adds the node's Strand to FGD's Frag before and
+//     after the pod): its resolution, not one chosen here.
 //  2. For a pod without cards (CPU only), among the nodes FGD rates alike,
 //     the node with the least free card capacity. Such a pod strands no
 //     card now; what it costs is the CPU it takes, which strands a node's
