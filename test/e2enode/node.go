@@ -183,6 +183,11 @@ func runNode(args []string) error {
 // (component.restart) until ctx ends.
 func supervise(ctx context.Context, containerd, kubelet *component) error {
 	for {
+		// A stop during restart's delay leaves the exited component's
+		// done channel closed: the select below must not see it again.
+		if ctx.Err() != nil {
+			return nil
+		}
 		var exited *component
 		select {
 		case <-ctx.Done():

@@ -152,3 +152,32 @@ func TestReportRestarts(t *testing.T) {
 type stringError string
 
 func (e stringError) Error() string { return string(e) }
+
+// TestSuperviseStopsDuringRestartDelay: a stop that comes while a
+// component waits to be restarted ends supervise cleanly, without
+// counting the exited component again (its done channel stays closed).
+func TestSuperviseStopsDuringRestartDelay(t *testing.T) {
+	defer func(d time.Duration) { restartDelay = d }(restartDelay)
+	restartDelay = 300 * time.Millisecond
+	for run := 0; run < 10; run++ {
+		dir := t.TempDir()
+		steady := &component{dir: dir, name: "containerd", bin: "sleep", args: []string{"60"}}
+		failing := &component{dir: dir, name: "kubelet", bin: "sh", args: []string{"-c", "exit 3"}}
+		for _, c := range []*component{steady, failing} {
+			if err := c.start(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-failing.proc.done; time.Sleep(50 * time.Millisecond); cancel() }()
+		err := supervise(ctx, steady, failing)
+		steady.proc.terminate(time.Second)
+		cancel()
+		if err != nil {
+			t.Fatalf("run %d: supervise after a stop during the restart delay: %v", run, err)
+		}
+		if restarts, _ := readRestarts(dir); len(restarts) != 1 {
+			t.Fatalf("run %d: %d restarts recorded, want the one before the stop", run, len(restarts))
+		}
+	}
+}

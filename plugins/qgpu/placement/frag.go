@@ -178,7 +178,13 @@ func Strand(cards []ledger.Card, cpuLeft int64, w *Workload) float64 {
 	if len(cards) == 0 || w == nil {
 		return 0
 	}
-	perMilli := w.cpuPerMilli(cards[0].MemoryGiB)
+	return strandAt(cards, cpuLeft, w.cpuPerMilli(cards[0].MemoryGiB))
+}
+
+// strandAt is Strand with the workload's CPU per milli-card already
+// worked out (0: nothing strands), so that Evaluate passes over the
+// shapes once for the node before and after the pod.
+func strandAt(cards []ledger.Card, cpuLeft int64, perMilli float64) float64 {
 	if perMilli == 0 {
 		return 0
 	}
@@ -226,12 +232,13 @@ func envFrag(cards []ledger.Card, env *Env, cpuLeft int64) float64 {
 	return Frag(cards, cpuLeft, env.CPUCap > 0, env.Workload)
 }
 
-// envStrand is Strand when the env knows the node's CPU, else 0.
-func envStrand(cards []ledger.Card, env *Env, cpuLeft int64) float64 {
-	if env.CPUCap <= 0 {
+// cpuPerMilli is the env workload's CPU per milli-card on the node's
+// cards, for strandAt: 0 when the env does not know the node's CPU.
+func (e *Env) cpuPerMilli(cards []ledger.Card) float64 {
+	if e.CPUCap <= 0 || e.Workload == nil || len(cards) == 0 {
 		return 0
 	}
-	return Strand(cards, cpuLeft, env.Workload)
+	return e.Workload.cpuPerMilli(cards[0].MemoryGiB)
 }
 
 // fragBefore is envFrag of the node before the pod: env.Before when the

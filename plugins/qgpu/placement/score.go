@@ -65,11 +65,12 @@ func fill(cards []ledger.Card) (used, total int64) {
 func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy, nodePolicy Policy, env *Env, out []Choice) ([]Choice, int64, string) {
 	start := len(out)
 	frag := MeasuresFrag(nodePolicy, req, env)
-	var before float64
+	var before, cpuPerMilli float64
 	if frag {
 		before = fragBefore(cards, env)
 		if nodePolicy == FragFit {
-			before += envStrand(cards, env, env.CPULeft)
+			cpuPerMilli = env.cpuPerMilli(cards)
+			before += strandAt(cards, env.CPULeft, cpuPerMilli)
 		}
 	}
 	placed, reason := PlaceIn(cards, mixed, req, cardPolicy, env, out)
@@ -81,7 +82,7 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	case frag && nodePolicy == FGD:
 		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
 	case frag && nodePolicy == FragFit:
-		after := envFrag(cards, env, env.cpuLeftAfter()) + envStrand(cards, env, env.cpuLeftAfter())
+		after := envFrag(cards, env, env.cpuLeftAfter()) + strandAt(cards, env.cpuLeftAfter(), cpuPerMilli)
 		score = fragFitRaw(before, after, cards, env.rank(), req.CPUOnly())
 	case req.CPUOnly() && nodePolicy == FragFit:
 		// No workload learned yet: nothing to measure, so FGD's score is
