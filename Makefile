@@ -24,7 +24,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
 # make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
 IMAGE_REPO ?= ghcr.io/qgpu-scheduler
 
-.PHONY: all build version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests mutants
+.PHONY: all build version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list
 
 all: build
 
@@ -54,6 +54,7 @@ FORCE:
 # the real-node e2e (root).
 test: build version-check
 	$(GO) vet ./...
+	$(MAKE) mutants-list
 	$(GO) test -count=1 $(UNIT_PKGS)
 	$(GO) -C hack/tools/images vet ./...
 	$(GO) -C hack/tools/images test -count=1 ./...
@@ -178,6 +179,12 @@ chaos: build $(BIN)/qgpu-chaos
 # The last line is `mutants N killed N survived 0`. MUTANTS_FLAGS="-only ledger" narrows.
 mutants:
 	@$(GO) run ./test/mutants $(MUTANTS_FLAGS)
+
+# mutants-list (part of make test): every mutant's original text is found
+# exactly once and its changed file type-checks in its package with its
+# tests; seconds, no tests run. The last line is `mutants N apply N invalid 0`.
+mutants-list:
+	@$(GO) run ./test/mutants -list
 
 $(BIN)/qgpu-chaos: FORCE
 	$(GO) build -o $@ ./test/chaos

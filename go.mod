@@ -50,6 +50,7 @@ require (
 	go.opentelemetry.io/otel/trace v1.41.0
 	go.uber.org/zap v1.27.0
 	golang.org/x/image v0.25.0
+	golang.org/x/tools v0.28.0
 	google.golang.org/grpc v1.72.1
 	k8s.io/api v0.34.10
 	k8s.io/apimachinery v0.34.10
@@ -199,7 +200,6 @@ require (
 	golang.org/x/term v0.30.0 // indirect
 	golang.org/x/text v0.23.0 // indirect
 	golang.org/x/time v0.9.0 // indirect
-	golang.org/x/tools v0.28.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20250303144028-a0af3efb3deb // indirect
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect

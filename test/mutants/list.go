@@ -26,7 +26,7 @@ var mutants = []mutant{
 	{File: "plugins/qgpu/ledger/card.go", Old: "\tcase protocol.ClassOnline:\n\t\treturn c.General == 0", New: "\tcase protocol.ClassOnline:\n\t\treturn true", Pkgs: ledger, Why: "ledger: online pods not on general cards"},
 	{File: "plugins/qgpu/ledger/card.go", Old: "if cards[i].Index == s.Index && cards[i].UUID == s.UUID {", New: "if cards[i].Index == s.Index {", Pkgs: ledger, Why: "ledger: a replaced card does not inherit holdings"},
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "if !h.FitsOn(n.node.Cards) {", New: "if false {", Pkgs: ledger, Why: "ledger: Reserve re-checks the chosen slices"},
-	{File: "plugins/qgpu/ledger/ledger.go", Old: "return l.drop(uid, func(h *Holding) bool { return !h.Bound && h.Node == node })", New: "return l.drop(uid, func(h *Holding) bool { return h.Node == node })", Pkgs: ledger, Why: "ledger: Unreserve keeps a bound holding"},
+	{File: "plugins/qgpu/ledger/ledger.go", Old: "{ return !h.Bound && ", New: "{ return ", Pkgs: ledger, Why: "ledger: Unreserve keeps a bound holding"},
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "\tcase cur.Bound:\n\t\treturn false, true", New: "\tcase cur.Bound && false:\n\t\treturn false, true", Pkgs: ledger, Why: "ledger: Observe never replaces a bound holding"},
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "\tif cur := l.holders[uid]; cur != nil {\n\t\tl.mu.Unlock()\n\t\treturn cur", New: "\tif cur := l.holders[uid]; cur != nil && false {\n\t\tl.mu.Unlock()\n\t\treturn cur", Pkgs: ledger, Why: "ledger: one holding per pod"},
 
@@ -38,7 +38,7 @@ var mutants = []mutant{
 	{File: "plugins/qgpu/watch.go", Old: "if types.UID(a.PodUID) != pod.UID || a.Node != pod.Spec.NodeName {", New: "if types.UID(a.PodUID) == \"\" || a.Node != pod.Spec.NodeName {", Pkgs: plugin, Run: "TestWatch", Why: "watch: assignment made for this pod (UID)"},
 
 	// The agent's fail-safes (agent/allocate, agent/reconcile).
-	{File: "agent/allocate/allocator.go", Old: "return func(string, string, string) bool { return true }", New: "return func(string, string, string) bool { return false }", Pkgs: allocate, Why: "allocate: an unreadable store counts as granted"},
+	{File: "agent/allocate/route.go", Old: "return route{}, fmt.Errorf(\"%w: %v\", ErrStoreUnreadable, err)", New: "grants = nil", Pkgs: allocate, Why: "allocate: an unreadable store refuses every call"},
 	{File: "agent/allocate/capacity.go", Old: "if held[s.UUID]+want > capacity {", New: "if held[s.UUID]+want > capacity+1 {", Pkgs: allocate, Why: "allocate: last-line card capacity"},
 	{File: "agent/allocate/capacity.go", Old: "if o.Resource != g.Resource || o.Key() == g.Key() || !live[o.PodUID] {", New: "if o.Resource != g.Resource || o.Key() == g.Key() {", Pkgs: allocate, Why: "allocate: grants of terminated pods do not count"},
 	{File: "agent/allocate/capacity.go", Old: "\t\tif !ok {\n\t\t\treturn fmt.Errorf(\"%w: %s names card %d (%s), which this node does not have\"", New: "\t\tif !ok && false {\n\t\t\treturn fmt.Errorf(\"%w: %s names card %d (%s), which this node does not have\"", Pkgs: allocate, Why: "allocate: refuse a card the node lacks"},

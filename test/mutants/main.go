@@ -9,18 +9,20 @@
 //
 // A mutant whose original text is not found exactly once, or whose changed
 // file does not compile, is an error of the list, not a kill: the list must
-// follow the code.
+// follow the code. Both are checked first, in seconds and without running a
+// test (validate, typecheck.go); `-list` (make mutants-list, part of make
+// test) stops there.
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,14 +42,15 @@ type mutant struct {
 type result struct {
 	m       mutant
 	line    int
-	status  string // killed, SURVIVED, INVALID
+	status  string // applies (checked, not yet tested), killed, SURVIVED, INVALID
 	by      string // the failing tests, or why invalid
 	elapsed time.Duration
+	mutated []byte // the changed file, once it applies
 }
 
 func main() {
 	only := flag.String("only", "", "run only the mutants whose file or reason contains this text")
-	list := flag.Bool("list", false, "check that every mutant applies and list them, without running tests")
+	list := flag.Bool("list", false, "check that every mutant applies exactly once and compiles, and list them, without running tests")
 	flag.Parse()
 	root, err := repoRoot()
 	if err != nil {
@@ -64,65 +67,83 @@ func main() {
 }
 
 func run(root string, todo []mutant, listOnly bool) int {
+	start := time.Now()
+	results, err := validate(root, todo)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "mutants:", err)
+		return 2
+	}
+	if listOnly {
+		return report(os.Stdout, results, true, time.Since(start))
+	}
 	scratch, err := os.MkdirTemp("", "qgpu-mutants-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "mutants:", err)
 		return 2
 	}
 	defer os.RemoveAll(scratch)
-	if !listOnly {
-		if out, err := goTest(root, "", packagesOf(todo), ""); err != nil {
-			fmt.Printf("mutants: the tests fail without any mutant; fix them first:\n%s\n", out)
-			return 2
-		}
-		fmt.Printf("baseline: the tests of %d packages pass unchanged\n", len(packagesOf(todo)))
+	if out, err := goTest(root, "", packagesOf(todo), ""); err != nil {
+		fmt.Printf("mutants: the tests fail without any mutant; fix them first:\n%s\n", out)
+		return 2
 	}
-	var results []result
-	for i, m := range todo {
-		r := result{m: m}
-		overlay, line, err := apply(root, scratch, i, m)
-		switch {
-		case err != nil:
-			r.status, r.by = "INVALID", err.Error()
-		case listOnly:
-			r.status = "applies"
-		default:
-			start := time.Now()
-			r.status, r.by = judge(goTest(root, overlay, m.Pkgs, m.Run))
-			r.elapsed = time.Since(start)
+	fmt.Printf("baseline: the tests of %d packages pass unchanged\n", len(packagesOf(todo)))
+	for i := range results {
+		r, m := &results[i], results[i].m
+		if r.status == "applies" {
+			t := time.Now()
+			overlay, err := writeOverlay(scratch, i, filepath.Join(root, m.File), r.mutated)
+			if err != nil {
+				r.status, r.by = "INVALID", err.Error()
+			} else {
+				r.status, r.by = judge(goTest(root, overlay, m.Pkgs, m.Run))
+			}
+			r.elapsed = time.Since(t)
 		}
-		r.line = line
-		results = append(results, r)
-		if !listOnly {
-			fmt.Printf("%d/%d %s %s:%d (%s)\n", i+1, len(todo), r.status, m.File, line, r.elapsed.Round(time.Second))
-		}
+		fmt.Printf("%d/%d %s %s:%d (%s)\n", i+1, len(todo), r.status, m.File, r.line, r.elapsed.Round(time.Second))
 	}
-	return report(results, listOnly)
+	return report(os.Stdout, results, false, time.Since(start))
 }
 
-// apply writes the mutated file and an overlay that puts it in place of the
-// original, and returns the overlay's path and the line changed.
-func apply(root, scratch string, i int, m mutant) (string, int, error) {
-	path := filepath.Join(root, m.File)
-	src, err := os.ReadFile(path)
+// validate checks, without running any test, that every mutant's original
+// text is found exactly once and that its changed file compiles in its
+// package (typecheck.go). A mutant that fails either is INVALID: an error
+// of the list, never a kill. The error is for what no entry can fix (the
+// unchanged packages do not load).
+func validate(root string, todo []mutant) ([]result, error) {
+	results := make([]result, len(todo))
+	var dirs []string
+	for i, m := range todo {
+		results[i].m = m
+		src, err := os.ReadFile(filepath.Join(root, m.File))
+		if err == nil {
+			results[i].mutated, results[i].line, err = mutate(src, m)
+		}
+		if err != nil {
+			results[i].status, results[i].by = "INVALID", err.Error()
+			continue
+		}
+		if d := filepath.Dir(m.File); !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		return results, nil
+	}
+	c, err := loadCompiler(root, dirs)
 	if err != nil {
-		return "", 0, err
+		return nil, err
 	}
-	if n := bytes.Count(src, []byte(m.Old)); n != 1 {
-		return "", 0, fmt.Errorf("original text found %d times, want once: %q", n, m.Old)
+	for i := range results {
+		r := &results[i]
+		if r.status == "INVALID" {
+			continue
+		}
+		r.status = "applies"
+		if err := c.check(filepath.Join(root, r.m.File), r.mutated); err != nil {
+			r.status, r.by = "INVALID", err.Error()
+		}
 	}
-	at := bytes.Index(src, []byte(m.Old))
-	line := 1 + bytes.Count(src[:at], []byte("\n"))
-	mutated := filepath.Join(scratch, fmt.Sprintf("m%03d_%s", i, filepath.Base(m.File)))
-	if err := os.WriteFile(mutated, bytes.Replace(src, []byte(m.Old), []byte(m.New), 1), 0o644); err != nil {
-		return "", 0, err
-	}
-	b, err := json.Marshal(map[string]map[string]string{"Replace": {path: mutated}})
-	if err != nil {
-		return "", 0, err
-	}
-	overlay := filepath.Join(scratch, fmt.Sprintf("m%03d.json", i))
-	return overlay, line, os.WriteFile(overlay, b, 0o644)
+	return results, nil
 }
 
 func goTest(root, overlay string, pkgs []string, runRE string) (string, error) {
@@ -170,8 +191,8 @@ func judge(out string, err error) (string, string) {
 	return "killed", strings.Join(names, ", ")
 }
 
-func report(results []result, listOnly bool) int {
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+func report(out io.Writer, results []result, listOnly bool, took time.Duration) int {
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "\nSTATUS\tLINE\tGUARDS\tNOTICED BY")
 	counts := map[string]int{}
 	for _, r := range results {
@@ -179,14 +200,16 @@ func report(results []result, listOnly bool) int {
 		fmt.Fprintf(w, "%s\t%s:%d\t%s\t%s\n", r.status, r.m.File, r.line, r.m.Why, r.by)
 	}
 	_ = w.Flush()
+	if counts["INVALID"] > 0 {
+		fmt.Fprintf(out, "mutants: %d invalid (see above): the list must follow the code\n", counts["INVALID"])
+	}
 	if listOnly {
-		fmt.Printf("mutants %d apply %d invalid %d\n", len(results), counts["applies"], counts["INVALID"])
+		fmt.Fprintf(out, "mutants: checked in %s (text found once, changed file type-checked), no tests run\n", took.Round(100*time.Millisecond))
+		fmt.Fprintf(out, "mutants %d apply %d invalid %d\n", len(results), counts["applies"], counts["INVALID"])
 		return min(counts["INVALID"], 1)
 	}
-	if counts["INVALID"] > 0 {
-		fmt.Printf("mutants: %d invalid (see above): the list must follow the code\n", counts["INVALID"])
-	}
-	fmt.Printf("mutants %d killed %d survived %d\n", len(results), counts["killed"], counts["SURVIVED"])
+	fmt.Fprintf(out, "mutants: ran in %s\n", took.Round(time.Second))
+	fmt.Fprintf(out, "mutants %d killed %d survived %d\n", len(results), counts["killed"], counts["SURVIVED"])
 	if counts["SURVIVED"]+counts["INVALID"] > 0 {
 		return 1
 	}
