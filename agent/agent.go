@@ -199,7 +199,9 @@ func (a *agent) reconciler(podSource allocate.PodSource) *reconcile.Reconciler {
 	rec := &reconcile.Reconciler{Node: a.cfg.NodeName, Client: a.cfg.Client, Store: a.store, Pods: podSource,
 		Recorder: a.recorder, OnChange: a.refreshMetrics}
 	if a.cfg.PodResourcesSocket != "" {
-		rec.PodResources = podresources.Client{Socket: a.cfg.PodResourcesSocket}
+		// A transient refusal (the kubelet's rate limit) is asked again; one
+		// that lasts skips the comparison for this pass only.
+		rec.PodResources = podresources.Retrying{Lister: podresources.Client{Socket: a.cfg.PodResourcesSocket}}
 	}
 	return rec
 }

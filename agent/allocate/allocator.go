@@ -2,11 +2,14 @@ package allocate
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -37,9 +40,13 @@ type Allocator struct {
 	Pods   PodSource
 	Config NodeConfig
 	// Kubelet, when set, narrows each call to the pods the kubelet has taken
-	// in (README: "Which pod the kubelet is admitting"). When it cannot be
-	// asked, the call falls back to the order rule alone.
-	Kubelet podresources.Lister
+	// in (README: "Which pod the kubelet is admitting"). A transient refusal
+	// is asked again after each wait of KubeletBackoff (nil:
+	// podresources.DefaultBackoff); one that lasts refuses the call. Only
+	// an absent API leaves the order rule alone (README: "When the kubelet
+	// does not answer").
+	Kubelet        podresources.Lister
+	KubeletBackoff []time.Duration
 	// OnPodGranted runs (on the Allocate goroutine; it must not block) once every
 	// (container, resource) of the pod's assignment holds a grant.
 	OnPodGranted func(pod *v1.Pod, grant *protocol.Assignment)
@@ -109,6 +116,9 @@ func (a *Allocator) grantNew(ctx context.Context, backend enforce.Backend, polic
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
 	}
+	if err := stillAsked(ctx, g); err != nil {
+		return nil, err
+	}
 	if err := a.Store.Put(g); err != nil {
 		return nil, fmt.Errorf("recording the grant: %w", err)
 	}
@@ -135,15 +145,63 @@ func (a *Allocator) answerAgain(ctx context.Context, backend enforce.Backend, po
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
 	}
-	if !sameIDs(g.DeviceIDs, deviceIDs) {
-		g.DeviceIDs = append([]string(nil), deviceIDs...)
-		if err := a.Store.Replace([]string{g.Key()}, []store.Grant{g}); err != nil {
-			return nil, fmt.Errorf("recording the re-issued devices: %w", err)
-		}
+	if err := stillAsked(ctx, g); err != nil {
+		return nil, err
+	}
+	if err := a.recordDevices(g, resource, deviceIDs); err != nil {
+		return nil, err
 	}
 	klog.FromContext(ctx).V(2).Info("Answered again with the container's grant", "pod", klog.KRef(g.Namespace, g.Name),
 		"container", g.Container, "resource", g.Resource, "cards", len(g.Slices))
+	a.notifyIfUnannotated(ctx, g.PodUID)
 	return resp, nil
+}
+
+// recordDevices makes g's record (both records of a vocabulary's call)
+// name the devices the kubelet now gave the container, so that the
+// reconciler and the next call find it by them.
+func (a *Allocator) recordDevices(g store.Grant, resource string, deviceIDs []string) error {
+	records := []store.Grant{g}
+	if isVocabulary(resource) {
+		core, ok, err := a.Store.Get(g.PodUID, g.Container, protocol.ResourceCore)
+		if err != nil {
+			return fmt.Errorf("reading the re-issued container's core record: %w", err)
+		}
+		if ok {
+			records = append(records, core)
+		}
+	}
+	var keys []string
+	var puts []store.Grant
+	for _, r := range records {
+		if sameIDs(r.DeviceIDs, deviceIDs) && r.KubeletResource() == resource {
+			continue
+		}
+		r.DeviceIDs = append([]string(nil), deviceIDs...)
+		if isVocabulary(resource) {
+			r.Requested = resource // records of before said nothing
+		}
+		keys, puts = append(keys, r.Key()), append(puts, r)
+	}
+	if len(puts) == 0 {
+		return nil
+	}
+	if err := a.Store.Replace(keys, puts); err != nil {
+		return fmt.Errorf("recording the re-issued devices: %w", err)
+	}
+	return nil
+}
+
+// ErrCallEnded is wrapped when the call's context ended before its answer
+// was recorded: the kubelet (or the agent restarting its plugins) gave up
+// on it and never sees the answer, so nothing is recorded.
+var ErrCallEnded = errors.New("Allocate call ended before its answer was recorded")
+
+func stillAsked(ctx context.Context, g store.Grant) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pod %s/%s container %s: %w: %v", g.Namespace, g.Name, g.Container, ErrCallEnded, err)
+	}
+	return nil
 }
 
 // cardsGrantable refuses the grant when one of its cards must not be
@@ -244,4 +302,38 @@ func (a *Allocator) notifyIfComplete(c *Candidate) {
 	if grant, complete := BuildGrant(c.Pod, c.Assignment, a.Node, grants); complete {
 		a.OnPodGranted(c.Pod, grant)
 	}
+}
+
+// notifyIfUnannotated hands the pod's grant to OnPodGranted when every
+// (container, resource) of it is recorded and its qgpu.io/grant annotation
+// is missing or says otherwise: a grant completed by an answer given again
+// or a record recovered, or whose first write was lost, is written as a
+// first grant is.
+func (a *Allocator) notifyIfUnannotated(ctx context.Context, podUID string) {
+	if a.OnPodGranted == nil {
+		return
+	}
+	pods, err := a.Pods.Cached()
+	if err != nil {
+		return
+	}
+	i := slices.IndexFunc(pods, func(p *v1.Pod) bool { return string(p.UID) == podUID })
+	if i < 0 {
+		return
+	}
+	pod := pods[i]
+	assignment, err := AssignmentOf(pod, a.Node)
+	if err != nil {
+		return
+	}
+	grants, err := a.Store.List()
+	if err != nil {
+		return
+	}
+	grant, complete := BuildGrant(pod, assignment, a.Node, grants)
+	if have, err := GrantOf(pod); !complete || (err == nil && equality.Semantic.DeepEqual(have, grant)) {
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Writing the grant of a pod whose annotation is missing or differs", "pod", klog.KObj(pod))
+	a.OnPodGranted(pod, grant)
 }

@@ -14,6 +14,7 @@ import (
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/podresources"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -31,7 +32,15 @@ func newAllocator(t testing.TB, path string, pods PodSource) (*Allocator, *[]*pr
 		Config: func() (enforce.Backend, protocol.Policy, error) {
 			return enforce.Env{}, protocol.PolicyFixedShare, nil
 		},
-		OnPodGranted: func(_ *v1.Pod, g *protocol.Assignment) { granted = append(granted, g) },
+		// The grant writer's patch, as the informer would show it.
+		OnPodGranted: func(p *v1.Pod, g *protocol.Assignment) {
+			granted = append(granted, g)
+			v, err := g.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Annotations[protocol.AnnotationGrant] = v
+		},
 	}
 	return a, &granted
 }
@@ -196,7 +205,9 @@ func (f *fakeKubelet) List(context.Context) ([]*podresourcesapi.PodResources, er
 
 // The kubelet admits twins in the order it received them, which need not be
 // creation order; the kubelet's own pod list tells the agent which one it is
-// admitting. Without an answer from the kubelet, the order rule decides.
+// admitting. Where the node has no such API, the order rule decides (a
+// kubelet that is there and does not answer refuses the call:
+// TestKubeletRefusalsRefuseTheCall).
 func TestAllocatorAsksTheKubeletWhichTwin(t *testing.T) {
 	ctx := context.Background()
 	for _, tc := range []struct {
@@ -206,7 +217,7 @@ func TestAllocatorAsksTheKubeletWhichTwin(t *testing.T) {
 	}{
 		{"kubelet took in the younger twin", &fakeKubelet{pods: []string{"default/young"}}, "young"},
 		{"kubelet took in both (same batch)", &fakeKubelet{pods: []string{"default/young", "default/old"}}, "old"},
-		{"kubelet does not answer", &fakeKubelet{err: errors.New("connection refused")}, "old"},
+		{"kubelet's API absent on the node", &fakeKubelet{err: podresources.ErrUnavailable}, "old"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			old, young := general("old", 1, 4, 30, 0), general("young", 5, 4, 30, 1)

@@ -27,6 +27,7 @@ func (a *Allocator) recoverServed(ctx context.Context, view *kubeletView, pods [
 		return grants
 	}
 	have := make(map[string]bool, len(grants))
+	var recovered []string        // pod UIDs
 	recorded := map[string]bool{} // resource/device ID
 	for _, g := range grants {
 		have[g.Key()] = true
@@ -47,7 +48,11 @@ func (a *Allocator) recoverServed(ctx context.Context, view *kubeletView, pods [
 				"container", g.Container, "resource", g.Resource, "cards", cardsOf(g.Slices))
 			have[g.Key()] = true
 			grants = append(grants, g)
+			recovered = append(recovered, string(p.UID))
 		}
+	}
+	for _, uid := range slices.Compact(recovered) {
+		a.notifyIfUnannotated(ctx, uid)
 	}
 	return grants
 }
@@ -62,7 +67,7 @@ func (a *Allocator) lostGrants(p *v1.Pod, view *kubeletView, have, recorded map[
 	var out []store.Grant
 	for _, c := range containerOrder(p, assignment) {
 		for _, r := range protocol.Resources {
-			ids := view.holds(p.Namespace, p.Name, c.Name, r)
+			ids := view.holds(p, c.Name, r)
 			if len(ids) == 0 || have[store.Key(string(p.UID), c.Name, r)] ||
 				slices.ContainsFunc(ids, func(id string) bool { return recorded[r+"/"+id] }) {
 				continue

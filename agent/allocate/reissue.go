@@ -16,32 +16,69 @@ import (
 // a container it has no record of (its device manager's
 // GetDeviceRunContainerOptions, when a container of an admitted pod starts
 // and its devices are missing, e.g. after a restart). Such a container has
-// a grant in the store, its pod is alive and taken in by the kubelet, and
-// the kubelet lists no devices of the resource on it. Only containers the
-// kubelet lists can be told apart this way: app containers and restartable
-// init containers (an init container that ran to completion is not listed
-// and is served by the store alone). Without the kubelet's list there are
-// none: nothing tells a lost record from a held one.
-func reissueCandidates(pods []*v1.Pod, view *kubeletView, grants []store.Grant, resource string, n int64) []store.Grant {
+// a grant in the store, requested under the call's resource (a
+// vocabulary's call is recorded as memory and core grants: its memory
+// record stands for both), its pod is alive and taken in by the kubelet,
+// the kubelet lists no devices of the resource on it, and none of the
+// record's devices on another container (that container holds the record:
+// a swap, not a loss). Only containers the kubelet lists can be told apart
+// this way: app containers and restartable init containers (an init
+// container that ran to completion is not listed and is served by the
+// store alone). Without the kubelet's list there are none: nothing tells a
+// lost record from a held one.
+// The records left out because another container holds them are named in
+// held, for the refusal.
+func reissueCandidates(pods []*v1.Pod, view *kubeletView, grants []store.Grant, resource string, n int64) (again []store.Grant, held []string) {
 	if view == nil {
-		return nil
+		return nil, nil
 	}
 	byUID := make(map[string]*v1.Pod, len(pods))
 	for _, p := range pods {
 		byUID[string(p.UID)] = p
 	}
-	var out []store.Grant
 	for _, g := range grants {
 		p := byUID[g.PodUID]
-		if g.Resource != resource || g.Amount != n || p == nil || p.DeletionTimestamp != nil ||
-			p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed ||
-			!view.pods[p.Namespace+"/"+p.Name] || !listedByKubelet(p, g.Container) ||
-			len(view.holds(p.Namespace, p.Name, g.Container, resource)) > 0 {
+		if p == nil || p.DeletionTimestamp != nil || p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed ||
+			!view.pods[p.Namespace+"/"+p.Name] || !listedByKubelet(p, g.Container) {
 			continue
 		}
-		out = append(out, g)
+		requested := requestedAs(g, p)
+		if requested != resource || requestedAmount(g, requested) != n ||
+			(isVocabulary(requested) && g.Resource != protocol.ResourceMemory) ||
+			len(view.holds(p, g.Container, requested)) > 0 {
+			continue
+		}
+		if by := view.heldBy(g, requested); by != "" {
+			held = append(held, fmt.Sprintf("%s/%s/%s's record (%s) is held by %s, where the kubelet lists its devices",
+				g.Namespace, g.Name, g.Container, cardsOf(g.Slices), by))
+			continue
+		}
+		again = append(again, g)
 	}
-	return out
+	return again, held
+}
+
+// requestedAs is the resource the kubelet asked for when g was granted:
+// the record says so; a memory or core record written before records said
+// it was requested under the vocabulary the container's spec names.
+func requestedAs(g store.Grant, pod *v1.Pod) string {
+	if g.Requested != "" || (g.Resource != protocol.ResourceMemory && g.Resource != protocol.ResourceCore) {
+		return g.KubeletResource()
+	}
+	for _, r := range vocabularyResources {
+		if specAmount(pod, g.Container, r) != 0 {
+			return r
+		}
+	}
+	return g.Resource
+}
+
+// requestedAmount is how many devices of requested the kubelet asked for g.
+func requestedAmount(g store.Grant, requested string) int64 {
+	if !isVocabulary(requested) {
+		return g.Amount
+	}
+	return vocabularyAmount(g.Class, protocol.ContainerAssignment{Name: g.Container, Slices: g.Slices}, requested)
 }
 
 // listedByKubelet: the kubelet's PodResources lists the pod's app

@@ -3,7 +3,9 @@ package allocate
 import (
 	"context"
 	"errors"
+	"maps"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 
@@ -16,10 +18,14 @@ import (
 
 // deviceKubelet is the kubelet's PodResources List with the devices each
 // container holds, as the device manager records them after each answer.
+// fault, when set, is asked before each List (calls counts from 1): an
+// error it returns is the answer instead.
 type deviceKubelet struct {
-	mu   sync.Mutex
-	pods []string                                  // namespace/name, in the order taken in
-	held map[string]map[string]map[string][]string // pod → container → resource → IDs
+	mu    sync.Mutex
+	pods  []string                                  // namespace/name, in the order taken in
+	held  map[string]map[string]map[string][]string // pod → container → resource → IDs
+	fault func(ctx context.Context, call int) error
+	calls int
 }
 
 func newDeviceKubelet(pods ...string) *deviceKubelet {
@@ -45,18 +51,37 @@ func (k *deviceKubelet) forget(pod string) {
 	delete(k.held, pod)
 }
 
-func (k *deviceKubelet) List(context.Context) ([]*podresourcesapi.PodResources, error) {
+// takeIn adds pods to the kubelet's pod manager (it is about to admit them).
+func (k *deviceKubelet) takeIn(pods ...string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.pods = append(k.pods, pods...)
+}
+
+func (k *deviceKubelet) List(ctx context.Context) ([]*podresourcesapi.PodResources, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls++
+	if k.fault != nil {
+		if err := k.fault(ctx, k.calls); err != nil {
+			return nil, err
+		}
+	}
 	var out []*podresourcesapi.PodResources
 	for _, p := range k.pods {
 		ns, name := "default", p
 		pr := &podresourcesapi.PodResources{Namespace: ns, Name: name}
-		cr := &podresourcesapi.ContainerResources{Name: "main"}
-		for r, ids := range k.held[p]["main"] {
-			cr.Devices = append(cr.Devices, &podresourcesapi.ContainerDevices{ResourceName: r, DeviceIds: ids})
+		containers := slices.Sorted(maps.Keys(k.held[p]))
+		if len(containers) == 0 {
+			containers = []string{"main"}
 		}
-		pr.Containers = append(pr.Containers, cr)
+		for _, c := range containers {
+			cr := &podresourcesapi.ContainerResources{Name: c}
+			for r, ids := range k.held[p][c] {
+				cr.Devices = append(cr.Devices, &podresourcesapi.ContainerDevices{ResourceName: r, DeviceIds: ids})
+			}
+			pr.Containers = append(pr.Containers, cr)
+		}
 		out = append(out, pr)
 	}
 	return out, nil

@@ -21,18 +21,21 @@ type route struct {
 
 // route decides which container the call for ids of resource is for.
 func (a *Allocator) route(ctx context.Context, resource string, ids []string) (route, error) {
-	view := a.askKubelet(ctx)
 	grants, err := a.Store.List()
 	if err != nil {
 		// Refusing is better than handing a container out twice.
 		return route{}, fmt.Errorf("%w: %v", ErrStoreUnreadable, err)
+	}
+	view, err := a.askKubelet(ctx, grants)
+	if err != nil {
+		return route{}, err
 	}
 	if pods, err := a.Pods.Cached(); err == nil {
 		grants = a.recoverServed(ctx, view, pods, grants)
 	}
 	n := int64(len(ids))
 	cand, pods, matchErr := a.match(ctx, view, grants, resource, n)
-	again := reissueCandidates(pods, view, grants, resource, n)
+	again, held := reissueCandidates(pods, view, grants, resource, n)
 	switch {
 	case matchErr == nil:
 		if rivals := rivalsOf(cand, again, pods); len(rivals) > 0 {
@@ -49,6 +52,9 @@ func (a *Allocator) route(ctx context.Context, resource string, ids []string) (r
 	}
 	switch distinct := distinctAnswers(again); len(distinct) {
 	case 0:
+		if len(held) > 0 {
+			return route{}, fmt.Errorf("%w; %s", matchErr, strings.Join(limit(held, 4), "; "))
+		}
 		return route{}, matchErr
 	case 1:
 		return route{existing: &distinct[0]}, nil
@@ -92,7 +98,7 @@ func served(grants []store.Grant, view *kubeletView, pods []*v1.Pod) Granted {
 			return true
 		}
 		p := byUID[podUID]
-		return p != nil && len(view.holds(p.Namespace, p.Name, container, resource)) > 0
+		return p != nil && view.holdsAny(p, container, resource)
 	}
 }
 
@@ -106,18 +112,22 @@ func (a *Allocator) repeated(ctx context.Context, resource string, ids []string)
 		return store.Grant{}, false
 	}
 	pods, err := a.Pods.Cached()
-	if err != nil || !alive(pods, g.PodUID) {
+	if err != nil || !startable(pods, g.PodUID) {
 		if pods, err = a.Pods.Fresh(ctx); err != nil {
 			return store.Grant{}, false
 		}
 	}
-	return g, alive(pods, g.PodUID)
+	return g, startable(pods, g.PodUID)
 }
 
-func alive(pods []*v1.Pod, uid string) bool {
+// startable: the pod is there, not terminal and not being deleted, so the
+// kubelet may still start its containers. A pod being deleted holds its
+// devices until it stops, and the kubelet then hands them to others: a
+// call with its devices is not a repeat of its grant.
+func startable(pods []*v1.Pod, uid string) bool {
 	for _, p := range pods {
 		if string(p.UID) == uid {
-			return p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed
+			return p.DeletionTimestamp == nil && p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed
 		}
 	}
 	return false

@@ -62,6 +62,7 @@ func grantResource(resource string) string {
 func (a *Allocator) allocateVocabulary(ctx context.Context, backend enforce.Backend, policy protocol.Policy, cand *Candidate, resource string, ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	mem := a.grantOf(cand, protocol.ResourceMemory, ids)
 	core := a.grantOf(cand, protocol.ResourceCore, ids)
+	mem.Requested, core.Requested = resource, resource
 	if err := a.cardsGrantable(mem); err != nil {
 		return nil, err
 	}
@@ -77,6 +78,9 @@ func (a *Allocator) allocateVocabulary(ctx context.Context, backend enforce.Back
 	resp, err := a.answerVocabulary(ctx, backend, mem, policy, cand.Pod, resource)
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", mem.Namespace, mem.Name, mem.Container, err)
+	}
+	if err := stillAsked(ctx, mem); err != nil {
+		return nil, err
 	}
 	if err := a.Store.Replace(nil, []store.Grant{mem, core}); err != nil {
 		return nil, fmt.Errorf("recording the grant: %w", err)

@@ -28,11 +28,11 @@ type holder struct {
 // devices. It happens when two pods with identical requests are admitted in
 // another order than the agent matched them (allocate/README.md).
 func (r *Reconciler) compareKubelet(ctx context.Context, alive map[string]*v1.Pod, res *Result) error {
-	holders, err := r.kubeletHolders(ctx, alive)
+	grants, err := r.Store.List()
 	if err != nil {
 		return err
 	}
-	grants, err := r.Store.List()
+	holders, err := r.kubeletHolders(ctx, alive, grants)
 	if err != nil {
 		return err
 	}
@@ -80,10 +80,19 @@ func (r *Reconciler) compareKubelet(ctx context.Context, alive map[string]*v1.Po
 	return r.Store.Replace(del, puts)
 }
 
-func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Pod) ([]holder, error) {
+// kubeletHolders are the (container, resource) device sets the kubelet
+// lists on the alive pods, less the devices that may be an old pod's of
+// the same name (allocate.OwnDevice).
+func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Pod, grants []store.Grant) ([]holder, error) {
 	list, err := r.PodResources.List(ctx)
 	if err != nil {
 		return nil, err
+	}
+	recorded := map[string]store.Grant{}
+	for _, g := range grants {
+		for _, id := range g.DeviceIDs {
+			recorded[g.KubeletResource()+"/"+id] = g
+		}
 	}
 	byName := map[string]*v1.Pod{}
 	for _, p := range alive {
@@ -96,7 +105,15 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Po
 			continue
 		}
 		for _, c := range pr.Containers {
-			out = append(out, containerHolders(pod, c)...)
+			for _, h := range containerHolders(pod, c) {
+				h.devices = slices.DeleteFunc(h.devices, func(id string) bool {
+					g, ok := recorded[h.resource+"/"+id]
+					return !allocate.OwnDevice(pod, h.container, g, ok)
+				})
+				if len(h.devices) > 0 {
+					out = append(out, h)
+				}
+			}
 		}
 	}
 	return out, nil

@@ -7,6 +7,7 @@ package reconcile
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -85,12 +86,16 @@ func (r *Reconciler) Once(ctx context.Context) (Result, error) {
 	if res.Dropped, err = r.dropGone(byUID); err != nil {
 		return res, err
 	}
+	// Without the kubelet's answer the records cannot be compared with what
+	// it holds, but the grants the records show are still written: a
+	// rate-limited List must not leave a served pod unannotated.
+	var kubeletErr error
 	if r.PodResources != nil {
-		if err := r.compareKubelet(ctx, byUID, &res); err != nil && !errors.Is(err, podresources.ErrUnavailable) {
-			return res, err
+		if err := r.compareKubelet(ctx, byUID, &res); err != nil && !podresources.Absent(err) {
+			kubeletErr = fmt.Errorf("comparing with the kubelet's PodResources: %w", err)
 		}
 	}
-	return res, r.writeGrants(ctx, byUID, &res)
+	return res, errors.Join(kubeletErr, r.writeGrants(ctx, byUID, &res))
 }
 
 func (r *Reconciler) dropGone(alive map[string]*v1.Pod) (int, error) {

@@ -9,9 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
@@ -38,7 +41,8 @@ func pod(name string, mem, cores int64, card int) (*v1.Pod, *protocol.Assignment
 			protocol.ResourceMemory: *resource.NewQuantity(mem, resource.DecimalSI),
 			protocol.ResourceCore:   *resource.NewQuantity(cores, resource.DecimalSI),
 		}}}}},
-		Status: v1.PodStatus{Phase: v1.PodRunning},
+		Status: v1.PodStatus{Phase: v1.PodRunning, ContainerStatuses: []v1.ContainerStatus{{Name: "main",
+			ContainerID: "containerd://" + name, State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}},
 	}
 	a := &protocol.Assignment{Version: protocol.AssignmentVersion, PodUID: string(p.UID), Node: node, Class: protocol.ClassGeneral,
 		Containers: []protocol.ContainerAssignment{{Name: "main", Slices: []protocol.Slice{slice(card, mem, cores)}}}}
@@ -251,5 +255,71 @@ func TestRunRepeatsUntilCancelled(t *testing.T) {
 	<-done // a Run that ignored ctx would hang here until go test's timeout
 	if src.calls != 3 {
 		t.Errorf("passes %d, want 3 (the third cancelled the run)", src.calls)
+	}
+}
+
+// refusingKubelet answers every List with err.
+type refusingKubelet struct{ err error }
+
+func (k refusingKubelet) List(context.Context) ([]*podresourcesapi.PodResources, error) {
+	return nil, k.err
+}
+
+// A kubelet that refuses the pass's List (its rate limit) leaves the
+// records uncompared, but the grants they show are still written: the pass
+// reports the refusal and annotates the served pod.
+func TestGrantsWrittenWhenTheKubeletRefuses(t *testing.T) {
+	ctx := context.Background()
+	s, _ := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+	defer s.Close()
+	p, a := pod("p", 4, 30, 0)
+	grantBoth(t, s, p, a, "p")
+	client := fake.NewClientset(p)
+	r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node),
+		PodResources: refusingKubelet{status.Error(codes.ResourceExhausted, "rejected by rate limit")}}
+	res, err := r.Once(ctx)
+	if err == nil || !strings.Contains(err.Error(), "rate limit") {
+		t.Errorf("pass error %v, want the kubelet's refusal reported", err)
+	}
+	got, _ := client.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	if g, err := allocate.GrantOf(got); err != nil || g == nil || res.Written != 1 {
+		t.Errorf("grant %v (err %v), %d written: want p's grant written despite the refusal", g, err, res.Written)
+	}
+}
+
+// The kubelet names pods by namespace/name: while it still lists the old
+// pod of a name with its devices, the new pod of that name (not yet
+// started) is given no record of them, neither moved from the old pod's
+// record nor rebuilt from its own assignment.
+func TestOldPodOfTheSameNameNotInherited(t *testing.T) {
+	ctx := context.Background()
+	for _, keepOld := range []bool{true, false} {
+		s, _ := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+		old, aOld := pod("s-0", 4, 30, 0)
+		grantBoth(t, s, old, aOld, "old")
+		renewed, _ := pod("s-0", 4, 30, 1)
+		renewed.UID = "uid-s-0-new"
+		renewed.Status = v1.PodStatus{Phase: v1.PodPending}
+		a, _ := allocate.AssignmentOf(old, node)
+		a.PodUID = string(renewed.UID)
+		v, _ := a.Encode()
+		renewed.Annotations[protocol.AnnotationAssignment] = v
+		objs := []runtime.Object{renewed}
+		if keepOld { // the old pod not yet dropped: its record still counts as alive (a stand-in object of its UID, being deleted)
+			now := metav1.Now()
+			old.Name, old.DeletionTimestamp = "s-0-old-object", &now
+			objs = append(objs, old)
+		}
+		client := fake.NewClientset(objs...)
+		r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node),
+			PodResources: fakeKubelet{holds(renewed, "old", 4)}}
+		res, err := r.Once(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok, _ := s.Get(string(renewed.UID), "main", protocol.ResourceMemory); ok || res.Moved+res.Recovered != 0 {
+			t.Errorf("old pod kept %v: the new s-0 inherited the old one's devices (%+v)", keepOld, res)
+		}
+		s.Close()
 	}
 }

@@ -32,12 +32,17 @@ var ErrExists = errors.New("grant already recorded")
 
 // Grant is one Allocate answer: the devices of one resource handed to one container.
 type Grant struct {
-	Version   int              `json:"version"`
-	PodUID    string           `json:"podUID"`
-	Namespace string           `json:"namespace"`
-	Name      string           `json:"name"`
-	Container string           `json:"container"`
-	Resource  string           `json:"resource"`
+	Version   int    `json:"version"`
+	PodUID    string `json:"podUID"`
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Container string `json:"container"`
+	Resource  string `json:"resource"`
+	// Requested is the resource the kubelet asked for when it is not
+	// Resource: a vocabulary's (vcuda-core, nvidia.com/gpu, …), whose one
+	// call is recorded as the container's memory and core grants. The
+	// kubelet lists the devices under this name.
+	Requested string           `json:"requested,omitempty"`
 	DeviceIDs []string         `json:"deviceIDs"`
 	Amount    int64            `json:"amount"`
 	Class     protocol.Class   `json:"class"`
@@ -52,6 +57,14 @@ func Key(podUID, container, resource string) string {
 
 // Key returns the grant's key.
 func (g Grant) Key() string { return Key(g.PodUID, g.Container, g.Resource) }
+
+// KubeletResource is the resource the kubelet lists the grant's devices under.
+func (g Grant) KubeletResource() string {
+	if g.Requested != "" {
+		return g.Requested
+	}
+	return g.Resource
+}
 
 // Store is a bbolt file of grants; bbolt serialises writers, and every change
 // is one transaction, so a crash leaves either the old or the new state.
