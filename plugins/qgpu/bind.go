@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,8 +20,9 @@ import (
 // the assignment appears together with spec.nodeName, and a user-written
 // assignment is replaced. It saves PreBind's Get+Update per pod. Pods without
 // qGPU requests (no cycleState, or a CPU-only one) are left to DefaultBinder
-// (Skip). On failure the framework
-// calls Unreserve, as it does when PreBind fails.
+// (Skip). On failure the framework calls Unreserve, as it does when PreBind
+// fails; a failure whose outcome is unknown keeps the slices held through it
+// (bindoutcome.go).
 func (p *QGPU) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil || s.req.CPUOnly() {
@@ -33,32 +33,26 @@ func (p *QGPU) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeNam
 		return fwk.AsStatus(err)
 	}
 	binding := &v1.Binding{
-		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID,
+		// UID and ResourceVersion are preconditions: the apiserver binds
+		// only this pod at this version, so a read that finds it unbound at
+		// a newer version proves the binding was not written and never will be.
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, ResourceVersion: pod.ResourceVersion,
 			Annotations: map[string]string{protocol.AnnotationAssignment: value}},
 		Target: v1.ObjectReference{Kind: "Node", Name: nodeName},
 	}
 	if err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
-		if p.bindPersisted(ctx, pod, nodeName, value) {
+		switch p.bindOutcome(ctx, pod, nodeName, value, err) {
+		case bindWritten:
 			klog.FromContext(ctx).V(2).Info("Binding call failed, but the pod is bound with its assignment", "pod", klog.KObj(pod), "node", nodeName, "err", err)
-			p.placements.placed(s.req.Class)
-			return nil
+		case bindUnknown:
+			p.holdUncertain(ctx, pod, nodeName)
+			return fwk.AsStatus(fmt.Errorf("binding pod %s with its assignment, outcome unknown (its qGPU slices stay held until the API shows it): %w", klog.KObj(pod), err))
+		default:
+			return fwk.AsStatus(fmt.Errorf("binding pod %s with its assignment: %w", klog.KObj(pod), err))
 		}
-		return fwk.AsStatus(fmt.Errorf("binding pod %s with its assignment: %w", klog.KObj(pod), err))
 	}
 	p.placements.placed(s.req.Class)
 	return nil
-}
-
-// bindPersisted reads the pod back after a failed binding call: a call can
-// fail after the apiserver wrote the binding (the response lost on the
-// way). Taking such a bind for failed would make the framework Unreserve
-// slices the pod holds, until the informer shows it bound, and another pod
-// could be placed on them in between. A read that fails counts as not bound.
-func (p *QGPU) bindPersisted(ctx context.Context, pod *v1.Pod, nodeName, assignment string) bool {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	cur, err := p.handle.ClientSet().CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-	return err == nil && cur.UID == pod.UID && cur.Spec.NodeName == nodeName && cur.Annotations[protocol.AnnotationAssignment] == assignment
 }
 
 // encodeAssignment is the annotation value for what Reserve decided.

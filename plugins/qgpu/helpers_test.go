@@ -28,6 +28,8 @@ type fakeHandle struct {
 	profile string
 	// onActivate sees the pods the plugin activates, sorted by key.
 	onActivate func([]string)
+	// recorder is the profile's event recorder; nil drops events.
+	recorder events.EventRecorder
 }
 
 func (h *fakeHandle) ProfileName() string { return h.profile }
@@ -49,14 +51,20 @@ func (h *fakeHandle) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
 
 func (h *fakeHandle) ClientSet() clientset.Interface                         { return h.cs }
 func (h *fakeHandle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
-func (h *fakeHandle) EventRecorder() events.EventRecorder                    { return nil }
+func (h *fakeHandle) EventRecorder() events.EventRecorder                    { return h.recorder }
 
 // newPlugin returns a plugin without informers, its ledger fed by setNodes.
 func newPlugin(t testing.TB, a *args.QGPUArgs, objs ...*v1.Pod) *QGPU {
 	t.Helper()
-	cs := fake.NewClientset()
+	return newPluginOn(t, &fakeHandle{cs: fake.NewClientset()}, a, objs...)
+}
+
+// newPluginOn is newPlugin on a handle without informers; objs are created
+// in its clientset.
+func newPluginOn(t testing.TB, h *fakeHandle, a *args.QGPUArgs, objs ...*v1.Pod) *QGPU {
+	t.Helper()
 	for _, p := range objs {
-		if _, err := cs.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+		if _, err := h.cs.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -64,7 +72,7 @@ func newPlugin(t testing.TB, a *args.QGPUArgs, objs ...*v1.Pod) *QGPU {
 	if a != nil {
 		obj = a
 	}
-	pl, err := New(context.Background(), obj, &fakeHandle{cs: cs})
+	pl, err := New(context.Background(), obj, h)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,6 +50,11 @@ var (
 		Help:           "Rejections by the QGPU plugin, by extension point (PreFilter: a pod whose request is invalid, per cycle; Filter: a node turned away, per node and cycle; Reserve: the chosen node lost the room) and reason (the constant reasons of FailedScheduling events).",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"extension_point", "reason"})
+	overbookedTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: metricsNamespace, Subsystem: metricsSubsystem, Name: "overbooked_total",
+		Help:           "Bound qGPU pods the informer showed beyond a rule of a card they hold a slice of (recorded all the same, with a QGPUOverbooked event on the pod), by rule (memory, pods, cores, greedy, class). Should stay 0.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"rule"})
 )
 
 // rejectionReasons are every reason Filter and Reserve report.
@@ -74,11 +79,14 @@ var registered struct {
 func registerMetrics() {
 	registered.once.Do(func() {
 		registered.pools = newPoolCollector()
-		legacyregistry.MustRegister(placementsTotal, rejectionsTotal)
+		legacyregistry.MustRegister(placementsTotal, rejectionsTotal, overbookedTotal)
 		legacyregistry.CustomMustRegister(registered.pools)
+		for _, r := range ledger.Rules {
+			overbookedTotal.WithLabelValues(string(r)) // exported at 0 from the start
+		}
 		registered.rejections = rejections{}
 		for point, reasons := range map[string][]string{
-			pointPreFilter: {reasonInvalidRequest, reasonQuota, reasonOther},
+			pointPreFilter: {reasonInvalidRequest, reasonQuota, reasonBindUncertain, reasonOther},
 			pointFilter:    rejectionReasons(),
 			pointReserve:   rejectionReasons(),
 		} {

@@ -86,7 +86,11 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	}
 	if h == nil || h.SharedInformerFactory() == nil {
 		// Unit tests that feed the ledger by hand.
-		p.use(ctx, newShared(a, nil))
+		s := newShared(a, nil)
+		if h != nil {
+			s.recorder = h.EventRecorder()
+		}
+		p.use(ctx, s)
 		return p, nil
 	}
 	s, err := sharedFor(ctx, h, a, path)

@@ -33,6 +33,12 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return nil, fwk.AsStatus(ctx.Err())
 	}
+	if h, ok := p.ledger.Holding(pod.UID); ok && h.Uncertain {
+		// Placed again, the pod could be booked twice. Preemption cannot
+		// help; the informer settles the holding and wakes the pod.
+		p.rejections.rejected(pointPreFilter, reasonBindUncertain)
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reasonBindUncertain)
+	}
 	klog.FromContext(ctx).V(5).Info("qGPU request", "pod", klog.KObj(pod), "class", req.Class, "containers", len(req.Containers))
 	req, q, st := p.quotaPreFilter(pod, req)
 	if st != nil {

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -30,8 +31,11 @@ type shared struct {
 	workload *typical.Learner
 	waiting  *waitingPods
 	// quota is the namespaces' limits and use, fed by the ledger (quota.go).
-	quota  *quota.Tally
-	synced []cache.InformerSynced
+	quota *quota.Tally
+	// recorder records the handlers' events on pods (the first profile's);
+	// nil drops them.
+	recorder events.EventRecorder
+	synced   []cache.InformerSynced
 	// maxPodsPerCard is the rule the ledger was built with; every profile
 	// must agree on it.
 	maxPodsPerCard int32
@@ -62,6 +66,7 @@ func sharedFor(ctx context.Context, h framework.Handle, a *args.QGPUArgs, path *
 		return s, nil
 	}
 	s := newShared(a, h.Activate)
+	s.recorder = h.EventRecorder()
 	s.waiting.addScheduler(h)
 	if err := s.watch(ctx, h); err != nil {
 		return nil, err

@@ -128,10 +128,12 @@ func setNode(ctx context.Context, h framework.Handle, l *ledger.Ledger, node *v1
 }
 
 // observePod records the assignment of a bound pod. Only the scheduler's own
-// assignments count: bound to the pod's UID and to the node it runs on.
+// assignments count: bound to the pod's UID and to the node it runs on. An
+// unbound pod may settle a binding with an unknown outcome.
 func (s *shared) observePod(ctx context.Context, pod *v1.Pod) {
 	s.waiting.track(pod)
 	if pod.Spec.NodeName == "" {
+		s.settle(klog.FromContext(ctx), pod)
 		return
 	}
 	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
@@ -151,8 +153,23 @@ func (s *shared) observePod(ctx context.Context, pod *v1.Pod) {
 	for _, c := range a.Containers {
 		h.Slices = append(h.Slices, c.Slices...)
 	}
-	if s.ledger.Observe(pod.UID, h) {
+	changed, over := s.ledger.ObserveChecked(pod.UID, h)
+	if changed {
 		klog.FromContext(ctx).V(5).Info("qGPU slices observed", "pod", klog.KObj(pod), "node", a.Node)
+	}
+	if len(over) > 0 {
+		s.overbooked(klog.FromContext(ctx), pod, a.Node, over)
+	}
+}
+
+// settle frees the slices of a binding with an unknown outcome once the pod
+// is seen unbound at a newer version than the binding was conditioned on
+// (ledger.Unbound), and wakes the pods waiting for room, the pod itself
+// among them.
+func (s *shared) settle(logger klog.Logger, pod *v1.Pod) {
+	if v, ok := podVersion(pod); ok && s.ledger.Unbound(pod.UID, v) {
+		logger.V(2).Info("Binding with an unknown outcome was not written; qGPU slices freed", "pod", klog.KObj(pod), "resourceVersion", pod.ResourceVersion)
+		s.waiting.wake(logger, true)
 	}
 }
 

@@ -92,6 +92,14 @@ type Holding struct {
 	// Bound is set once the informer saw the pod bound to Node with this
 	// assignment (Observe); until then the holding is assumed (Reserve).
 	Bound bool
+	// Uncertain is set on an assumed holding whose binding call ended
+	// without a definite answer (MarkUncertain): the apiserver may hold the
+	// pod bound with these slices, so Unreserve keeps them. Never set
+	// together with Bound (uncertain.go).
+	Uncertain bool
+	// Since is the pod's version (its resourceVersion) the binding of an
+	// Uncertain holding was conditioned on (Unbound).
+	Since uint64
 }
 
 // clone copies the holding with its own Slices, so that callers changing

@@ -12,11 +12,17 @@
 //	                    assumed --Observe, other node--> bound there (the API wins)
 //	(none) --Observe--> bound   (rebuild after a restart; a bind the scheduler took for failed)
 //	assumed --Unreserve--> (none)
-//	assumed or bound --Release--> (none)   (the pod was deleted or terminated)
+//	assumed --MarkUncertain--> uncertain   (the binding call's outcome is unknown)
+//	uncertain --Observe--> bound
+//	uncertain --Unbound, newer version--> (none)
+//	any --Release--> (none)   (the pod was deleted or terminated)
 //
 // Unreserve never frees a bound holding: once the informer has seen the pod
 // bound with its assignment, the pod holds the slices whatever the
 // scheduler's bind call returned (a bind can fail after the apiserver wrote
-// it). Observe never replaces a bound holding: the first assignment seen
-// bound wins. Release is for a pod that is gone, and frees either state.
+// it). Nor does it free an uncertain one, whose binding may have been
+// written and not yet seen (uncertain.go states when it is freed). Observe
+// never replaces a bound holding: the first assignment seen bound wins, and
+// it reports one that overbooks a card (ObserveChecked). Release is for a
+// pod that is gone, and frees any state.
 package ledger

@@ -3,6 +3,7 @@ package ledger
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -165,76 +166,6 @@ func (l *Ledger) RemoveNode(name string) {
 	}
 }
 
-// CopyNode copies a node's state into buf (reused when large enough, so the
-// scheduler's hot path allocates nothing) and reports whether it is known.
-func (l *Ledger) CopyNode(name string, buf []Card) (Node, bool) {
-	n := l.state(name, false)
-	if n == nil {
-		return Node{Cards: buf[:0]}, false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	out := n.node
-	out.Cards = append(buf[:0], n.node.Cards...)
-	return out, n.known
-}
-
-// HasCards reports whether the node has qGPU cards (healthy or not).
-func (l *Ledger) HasCards(name string) bool {
-	n := l.state(name, false)
-	if n == nil {
-		return false
-	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
-	return len(n.node.Cards) > 0
-}
-
-// Range calls f with every known node's state, one node at a time under
-// that node's read lock, without a copy: f must not change or keep the
-// cards. It is for readers off the scheduling path (the metrics collector
-// at scrape time); the order of nodes is unspecified.
-func (l *Ledger) Range(f func(name string, n Node)) {
-	l.mu.RLock()
-	names := make([]string, 0, len(l.nodes))
-	states := make([]*nodeState, 0, len(l.nodes))
-	for name, n := range l.nodes {
-		names, states = append(names, name), append(states, n)
-	}
-	l.mu.RUnlock()
-	for i, n := range states {
-		n.mu.RLock()
-		if n.known {
-			f(names[i], n.node)
-		}
-		n.mu.RUnlock()
-	}
-}
-
-// Ref is a node's entry in the ledger, for a caller that finds a node once
-// and reads it often (the scheduler plugin keeps one per NodeInfo): an entry
-// stays its node's for the ledger's life, as RemoveNode empties it and
-// nothing drops it. The zero Ref is a node never seen.
-type Ref struct{ n *nodeState }
-
-// Ref finds a node's entry.
-func (l *Ledger) Ref(name string) Ref { return Ref{l.state(name, false)} }
-
-// Known reports whether the ledger had an entry for the node.
-func (r Ref) Known() bool { return r.n != nil }
-
-// Read calls read with the node's state under its read lock, without a
-// copy: read must not change or keep the cards. A node never seen reads as a
-// node without cards.
-func (r Ref) Read(read func(Node) string) string {
-	if r.n == nil {
-		return read(Node{})
-	}
-	r.n.mu.RLock()
-	defer r.n.mu.RUnlock()
-	return read(r.n.node)
-}
-
 // Reserve chooses and records a pod's slices atomically: choose runs under the
 // node's lock on a copy of its cards and returns the slices, which are then
 // checked against the rules once more before they are recorded.
@@ -271,59 +202,87 @@ func (l *Ledger) ReserveFor(uid types.UID, namespace, node string, class protoco
 // Observe records a holding seen on a bound pod: the informer saw the pod
 // bound to h.Node with the scheduler's assignment (the rebuild after a
 // restart, or the informer catching up with a bind). What the API says wins
-// over what was assumed: an assumed holding becomes bound, with the observed
-// slices, and one assumed on another node moves here. A bound holding is
-// never replaced (the first observed assignment wins). It reports whether
-// the ledger changed.
+// over what was assumed: an assumed (or bind-uncertain) holding becomes
+// bound, with the observed slices, and one assumed on another node moves
+// here. A bound holding is never replaced (the first observed assignment
+// wins). It reports whether the ledger changed.
 func (l *Ledger) Observe(uid types.UID, h Holding) bool {
+	changed, _ := l.ObserveChecked(uid, h)
+	return changed
+}
+
+// ObserveChecked is Observe that also reports the cards the recorded
+// holding overbooks. The holding is recorded all the same: the pod is bound
+// with it, and accounting less than it holds would let the next pod be
+// placed on top. Slices that confirm an assumed holding unchanged were
+// checked by Reserve and are not checked again.
+func (l *Ledger) ObserveChecked(uid types.UID, h Holding) (bool, []Overbooking) {
 	bound := h.clone()
 	bound.Bound = true
 	// A Reserve of the same pod elsewhere can slip in between dropping an
 	// assumed holding and taking this node's lock; the scheduler makes one
 	// decision at a time, so a few rounds settle it.
+	var over []Overbooking
 	for range 8 {
 		if cur := l.holding(uid); cur != nil && !cur.Bound && cur.Node != h.Node {
 			// Assumed on another node (a bind the scheduler took for failed,
 			// then a new decision): the binding the API holds is the truth.
 			l.drop(uid, func(c *Holding) bool { return c == cur })
 		}
-		if changed, settled := l.observeOn(uid, bound); settled {
-			return changed
+		if changed, settled := l.observeOn(uid, bound, &over); settled {
+			return changed, over
 		}
 	}
-	return false
+	return false, nil
 }
 
 // observeOn records or confirms bound on its node unless the pod holds
-// slices elsewhere; settled is false when it found an assumed holding on
-// another node, for Observe to drop.
-func (l *Ledger) observeOn(uid types.UID, bound *Holding) (changed, settled bool) {
+// slices elsewhere, and sets over to the cards it overbooks; settled is
+// false when it found an assumed holding on another node, for Observe to
+// drop.
+func (l *Ledger) observeOn(uid types.UID, bound *Holding, over *[]Overbooking) (changed, settled bool) {
 	n := l.state(bound.Node, true)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	cur := l.holding(uid)
 	switch {
 	case cur == nil:
-		return l.record(uid, n, bound) == nil, true
+		if l.record(uid, n, bound) != nil {
+			return false, true
+		}
+		*over = overbooked(n.node.Cards, bound)
+		return true, true
 	case cur.Bound:
 		return false, true
 	case cur.Node != bound.Node:
 		return false, false
 	}
-	// Assumed here: confirm it. The holding is swapped, never changed in
-	// place, as readers copy it outside the node's lock.
+	// Assumed or bind-uncertain here: confirm it.
+	if !l.swap(uid, n, cur, bound) {
+		return false, false
+	}
+	if cur.Class != bound.Class || !slices.Equal(cur.Slices, bound.Slices) {
+		*over = overbooked(n.node.Cards, bound)
+	}
+	return true, true
+}
+
+// swap replaces the pod's holding cur on node n with next, unless cur is no
+// longer the pod's holding. A holding is swapped, never changed in place,
+// as readers copy it outside the node's lock. The caller holds n.mu.
+func (l *Ledger) swap(uid types.UID, n *nodeState, cur, next *Holding) bool {
 	l.mu.Lock()
 	if l.holders[uid] != cur {
 		l.mu.Unlock()
-		return false, false
+		return false
 	}
-	l.holders[uid] = bound
-	l.held(uid, n, bound)
+	l.holders[uid] = next
+	l.held(uid, n, next)
 	l.mu.Unlock()
-	n.pods[uid] = bound
+	n.pods[uid] = next
 	cur.ApplyTo(n.node.Cards, -1)
-	bound.ApplyTo(n.node.Cards, 1)
-	return true, true
+	next.ApplyTo(n.node.Cards, 1)
+	return true
 }
 
 // record adds h for uid unless the pod already holds slices (on any node),
@@ -353,10 +312,11 @@ func (l *Ledger) Release(uid types.UID, node string) bool {
 
 // Unreserve frees an assumed holding on node (the scheduler's Unreserve): a
 // holding the informer already confirmed bound is kept, since the pod does
-// hold it whatever the scheduler's bind call returned, and a holding on
-// another node is a newer decision. It is idempotent.
+// hold it whatever the scheduler's bind call returned, and so is one whose
+// binding may have been written (Uncertain); a holding on another node is a
+// newer decision. It is idempotent.
 func (l *Ledger) Unreserve(uid types.UID, node string) bool {
-	return l.drop(uid, func(h *Holding) bool { return !h.Bound && h.Node == node })
+	return l.drop(uid, func(h *Holding) bool { return !h.Bound && !h.Uncertain && h.Node == node })
 }
 
 // drop frees the pod's holding if which accepts it.
