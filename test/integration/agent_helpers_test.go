@@ -54,11 +54,23 @@ func agentCredentials(t *testing.T, cp *harness.ControlPlane) string {
 // until the device plugins put the cards into the node's capacity.
 func startAgentNode(t *testing.T, cp *harness.ControlPlane, kubeconfig, name, cards string, mixed bool) *harness.HollowNode {
 	t.Helper()
+	root := t.TempDir()
+	return startAgentNodeIn(t, cp, kubeconfig, name, cards, mixed, root, kubeletPodResources(root))
+}
+
+// kubeletPodResources is the hollow kubelet's PodResources socket under root.
+func kubeletPodResources(root string) string {
+	return filepath.Join(root, "kubelet", "pod-resources", "kubelet.sock")
+}
+
+// startAgentNodeIn is startAgentNode in root, the agent asking the
+// PodResources API on podResources.
+func startAgentNodeIn(t *testing.T, cp *harness.ControlPlane, kubeconfig, name, cards string, mixed bool, root, podResources string) *harness.HollowNode {
+	t.Helper()
 	agent, err := harness.BinaryPath("", "QGPU_AGENT_BIN", "qgpu-agent")
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := t.TempDir()
 	labels := map[string]string{protocol.LabelDeviceEnable: protocol.LabelValueEnable}
 	if mixed {
 		labels[protocol.LabelMixedEnable] = protocol.LabelValueEnable
@@ -69,7 +81,7 @@ func startAgentNode(t *testing.T, cp *harness.ControlPlane, kubeconfig, name, ca
 			"--kubeconfig=" + kubeconfig,
 			"--fake-cards=" + cards,
 			"--dbfile=" + filepath.Join(root, "qgpu", "meta.db"),
-			"--pod-resources-socket=" + filepath.Join(root, "kubelet", "pod-resources", "kubelet.sock"),
+			"--pod-resources-socket=" + podResources,
 			"--metrics-addr=127.0.0.1:0",
 			"--reconcile-interval=1s",
 			"-v=2",

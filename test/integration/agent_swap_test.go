@@ -3,11 +3,14 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,8 +32,8 @@ import (
 // kubelet's PodResources API which pods it has taken in, so each twin must get
 // its own slice (allocate/README.md). Were they swapped, the reconciler's
 // report is checked and the twins deleted.
-func runOutOfOrderTwins(t *testing.T, cs kubernetes.Interface, node *harness.HollowNode) {
-	names := []string{"swap-a", "swap-b"} // swap-a is older
+func runOutOfOrderTwins(t *testing.T, cs kubernetes.Interface, node *harness.HollowNode, prefix string) {
+	names := []string{prefix + "-a", prefix + "-b"} // prefix-a is older
 	out := map[string]*protocol.Assignment{}
 	for i, n := range names {
 		p := builders.GPUPod(n).General("c", 10, 50).Obj()
@@ -43,9 +46,9 @@ func runOutOfOrderTwins(t *testing.T, cs kubernetes.Interface, node *harness.Hol
 		t.Fatal(err)
 	}
 	defer func() { _ = resume() }() // a stopped kubelet would ignore the cleanup's SIGTERM
-	bind(t, cs, node.Name, "swap-b")
+	bind(t, cs, node.Name, names[1])
 	time.Sleep(200 * time.Millisecond)
-	bind(t, cs, node.Name, "swap-a")
+	bind(t, cs, node.Name, names[0])
 	time.Sleep(500 * time.Millisecond) // the agent's informer sees both bound
 	if err := resume(); err != nil {
 		t.Fatal(err)
@@ -189,4 +192,31 @@ func endSwap(t *testing.T, cs kubernetes.Interface, names []string) {
 	if err != nil {
 		t.Fatalf("swapped twins not deleted: %v", err)
 	}
+}
+
+// startFlakyNode is startAgentNode whose agent asks the kubelet's
+// PodResources API through a proxy that refuses every other call with
+// ResourceExhausted, as the kubelet's rate limiter does: each fresh call
+// is refused, and a call repeated within 100 ms of a refusal is answered.
+// So every first ask of an Allocate is refused (an agent that took a
+// refusal for "no list" guesses by creation order on every call), and an
+// agent that asks again gets the list.
+func startFlakyNode(t *testing.T, cp *harness.ControlPlane, kubeconfig, name, cards string) (*harness.HollowNode, *harness.PodResourcesProxy) {
+	t.Helper()
+	root := t.TempDir()
+	var lastRefusal time.Time
+	proxy, err := harness.StartPodResourcesProxy(filepath.Join(root, "flaky-pod-resources.sock"), kubeletPodResources(root),
+		func(string, int) error { // the proxy serialises these calls
+			if !lastRefusal.IsZero() && time.Since(lastRefusal) < 100*time.Millisecond {
+				lastRefusal = time.Time{}
+				return nil
+			}
+			lastRefusal = time.Now()
+			return status.Error(codes.ResourceExhausted, "rejected by rate limit (proxy)")
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	return startAgentNodeIn(t, cp, kubeconfig, name, cards, false, root, proxy.Socket), proxy
 }

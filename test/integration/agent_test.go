@@ -30,11 +30,14 @@ func TestAgentAllocate(t *testing.T) {
 	t4 := startAgentNode(t, cp, kubeconfig, "t4", "2xT4", false)
 	// Only pods bound by hand go to this node (the twins select t4 by name).
 	swap := startAgentNode(t, cp, kubeconfig, "swap", "2xT4", false)
+	// The same, its PodResources API refusing every other call.
+	flaky, proxy := startFlakyNode(t, cp, kubeconfig, "flaky", "2xT4")
 
 	t.Run("registration", func(t *testing.T) {
 		waitAgentCapacity(t, cs, v100, 4, 31)
 		waitAgentCapacity(t, cs, t4, 2, 14)
 		waitAgentCapacity(t, cs, swap, 2, 14)
+		waitAgentCapacity(t, cs, flaky, 2, 14)
 		t.Logf("both nodes have qGPU capacity %v after start", time.Since(start).Round(time.Millisecond))
 		checkInventory(t, cs, "v100", 4, "Tesla V100-SXM2-32GB", 32510)
 		checkInventory(t, cs, "t4", 2, "Tesla T4", 15109)
@@ -64,7 +67,18 @@ func TestAgentAllocate(t *testing.T) {
 		runForged(t, cs, t4, twins["twin-a"])
 	})
 	t.Run("admitted out of creation order", func(t *testing.T) {
-		runOutOfOrderTwins(t, cs, swap)
+		runOutOfOrderTwins(t, cs, swap, "swap")
+	})
+	// A kubelet that rate-limits the agent's List is asked again, never
+	// guessed past (allocate/README.md): each twin still gets its own slice
+	// and its grant annotation, and the checker below finds nothing.
+	t.Run("admitted out of order, PodResources refusing every other call", func(t *testing.T) {
+		runOutOfOrderTwins(t, cs, flaky, "flaky")
+		calls, refused := proxy.Counts()
+		t.Logf("PodResources proxy: %d calls, %d refused", calls, refused)
+		if refused == 0 {
+			t.Errorf("the proxy refused none of %d calls: the fault was not exercised", calls)
+		}
 	})
 	checkCluster(t, cs)
 }
