@@ -7,6 +7,7 @@ var (
 	plugin    = []string{"./plugins/qgpu"}
 	allocate  = []string{"./agent/allocate"}
 	reconcile = []string{"./agent/reconcile"}
+	podres    = []string{"./agent/podresources"}
 	observer  = []string{"./test/chaos"}
 )
 
@@ -45,6 +46,24 @@ var mutants = []mutant{
 	{File: "agent/allocate/match.go", Old: "if a.PodUID != string(pod.UID) {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this pod"},
 	{File: "agent/allocate/match.go", Old: "if a.Node != node || pod.Spec.NodeName != node {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this node"},
 	{File: "agent/reconcile/reconcile.go", Old: "if p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {\n\t\t\tbyUID", New: "if true {\n\t\t\tbyUID", Pkgs: reconcile, Why: "reconcile: records of terminal pods dropped"},
+
+	// A kubelet or an Allocate call that answers late or not at all
+	// (agent/allocate/README.md, "When the kubelet does not answer").
+	{File: "agent/allocate/kubelet.go", Old: "\tcase podresources.Absent(err):", New: "\tdefault:", Pkgs: allocate, Why: "allocate: only an absent PodResources API falls back to the order rule"},
+	{File: "agent/podresources/retry.go", Old: "case codes.ResourceExhausted, codes.Unavailable, codes.DeadlineExceeded:", New: "case codes.Unavailable, codes.DeadlineExceeded:", Pkgs: append(podres, allocate...), Why: "allocate: the kubelet's rate limit is asked again, not taken as final"},
+	{File: "agent/allocate/allocator.go", Old: "if err := ctx.Err(); err != nil {", New: "if err := ctx.Err(); false && err != nil {", Pkgs: allocate, Why: "allocate: a call whose context ended records nothing"},
+	{File: "agent/allocate/reissue.go", Old: "if by := view.heldBy(g, requested); by != \"\" {", New: "if by := view.heldBy(g, requested); false && by != \"\" {", Pkgs: allocate, Why: "allocate: a record the kubelet lists on another container is not re-issued"},
+	{File: "agent/allocate/reissue.go", Old: "if requested != resource || requestedAmount(g, requested) != n ||", New: "if g.Resource != resource || g.Amount != n ||", Pkgs: allocate, Why: "allocate: re-issue judged under the resource the grant was requested as"},
+	{File: "agent/allocate/kubelet.go", Old: "return rec.PodUID == string(pod.UID) || rec.Namespace != pod.Namespace || rec.Name != pod.Name", New: "return true", Pkgs: append(allocate, reconcile...), Why: "allocate: an old pod's devices are not a new pod's of the same name"},
+	{File: "agent/allocate/kubelet.go", Old: "\treturn containerStarted(pod, container)\n", New: "\treturn true\n", Pkgs: append(allocate, reconcile...), Why: "allocate: unrecorded devices are a pod's only once its container started"},
+	{File: "agent/allocate/route.go", Old: "return p.DeletionTimestamp == nil && p.Status.Phase", New: "return p.Status.Phase", Pkgs: allocate, Why: "allocate: no repeat for a pod being deleted"},
+	{File: "agent/reconcile/reconcile.go", Old: "\treturn res, errors.Join(kubeletErr, r.writeGrants(ctx, byUID, &res))", New: "\tif kubeletErr != nil {\n\t\treturn res, kubeletErr\n\t}\n\treturn res, r.writeGrants(ctx, byUID, &res)", Pkgs: reconcile, Why: "reconcile: grants written when the kubelet refuses"},
+
+	// A binding whose outcome is unknown (plugins/qgpu/bind.go, bindoutcome.go, ledger/uncertain.go).
+	{File: "plugins/qgpu/ledger/ledger.go", Old: "{ return !h.Bound && !h.Uncertain && h.Node == node }", New: "{ return !h.Bound && h.Node == node }", Pkgs: ledger, Why: "bind: Unreserve keeps a bind-uncertain holding"},
+	{File: "plugins/qgpu/ledger/uncertain.go", Old: "return h.Uncertain && version > h.Since", New: "return h.Uncertain && version >= h.Since", Pkgs: ledger, Why: "bind: an uncertain holding is freed only at a newer version than its binding's"},
+	{File: "plugins/qgpu/bind.go", Old: "\t\t\tp.holdUncertain(ctx, pod, nodeName)\n", New: "", Pkgs: plugin, Run: "TestBind", Why: "bind: an unknown outcome keeps the slices through Unreserve"},
+	{File: "plugins/qgpu/bindoutcome.go", Old: "code != 408 && code != 409 && code != 429", New: "code != 408 && code != 429", Pkgs: plugin, Run: "TestBindOutcome", Why: "bind: a 409 without evidence is unknown (storage timeout)"},
 
 	// The chaos observer (test/chaos/observe.go).
 	{File: "test/chaos/observe.go", Old: "\tif p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {\n\t\treturn false", New: "\tif p.Status.Phase == corev1.PodSucceeded {\n\t\treturn false", Pkgs: observer, Why: "observer: failed pods hold nothing"},
