@@ -41,6 +41,17 @@ type ClusterOptions struct {
 	// SchedulerArgs and AgentArgs are extra flags, e.g. "--v=4".
 	SchedulerArgs []string
 	AgentArgs     []string
+	// AgentArgsFor, if set, returns more agent flags for one node, after
+	// AgentArgs (a flag given twice takes the last value): test/chaos
+	// points an agent's kubelet sockets at its fault proxies in root.
+	AgentArgsFor func(spec NodeSpec, root string) []string
+	// NodeArgs are extra flags of every hollow node program, e.g.
+	// "--node-lease-duration-seconds=10".
+	NodeArgs []string
+	// RestartableAPIServer puts a loopback forwarder in front of the
+	// apiserver so that RestartAPIServer can restart it on the same URL
+	// (ControlPlaneOptions.Restartable).
+	RestartableAPIServer bool
 	// Logf receives the control plane's progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -92,7 +103,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	if err := os.MkdirAll(cpDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating control plane dir: %w", err)
 	}
-	c.ControlPlane, err = StartControlPlane(ctx, ControlPlaneOptions{RBAC: opts.RBAC, Dir: cpDir, Logf: opts.Logf})
+	c.ControlPlane, err = StartControlPlane(ctx, ControlPlaneOptions{RBAC: opts.RBAC, Dir: cpDir, Logf: opts.Logf, Restartable: opts.RestartableAPIServer})
 	if err != nil {
 		return nil, err
 	}
@@ -236,10 +247,13 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 			// The hollow kubelet's PodResources API, for the reconciler.
 			"--pod-resources-socket=" + filepath.Join(root, "kubelet", "pod-resources", "kubelet.sock"),
 		}, append(spec.simArgs(root), opts.AgentArgs...)...)
+		if opts.AgentArgsFor != nil {
+			args = append(args, opts.AgentArgsFor(spec, root)...)
+		}
 		// The node must outlive ctx, which bounds the start only.
 		n, err := StartHollowNode(context.WithoutCancel(ctx), HollowNodeOptions{
 			Name: spec.Name, Kubeconfig: kubeconfig, RootDir: root, Labels: spec.labels(),
-			AgentCmd: spec.agentBinary(agentBin, simBin), AgentArgs: args,
+			AgentCmd: spec.agentBinary(agentBin, simBin), AgentArgs: args, ExtraArgs: opts.NodeArgs,
 		})
 		if err != nil {
 			return err

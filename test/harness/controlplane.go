@@ -48,6 +48,11 @@ type ControlPlaneOptions struct {
 	// ktesting package, linked in with the test server, raises it to 5 at
 	// init, which makes the apiserver log thousands of lines per test.
 	Verbosity int
+	// Restartable serves the apiserver through a loopback forwarder on a
+	// port of its own, so that RestartAPIServer can start it again (the
+	// test server always listens on a new free port) behind the same URL
+	// and serving certificate. For test/chaos.
+	Restartable bool
 }
 
 // ControlPlane is a running etcd plus kube-apiserver.
@@ -70,13 +75,22 @@ type ControlPlane struct {
 	etcd      *embed.Etcd
 	etcdLevel zap.AtomicLevel
 	removeDir bool
+
+	// What a restart needs again (restart.go); front is nil unless Restartable.
+	opts    ControlPlaneOptions
+	flags   []string
+	storage *storagebackend.Config
+	front   *frontDoor
+	// servingKeyFile is the test server's key, in its own directory until
+	// keepServingCert copies it.
+	servingKeyFile string
 }
 
 // StartControlPlane starts etcd and kube-apiserver. ctx bounds the start
 // only: the control plane runs until Stop.
 func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 	setKlogVerbosity(opts.Verbosity)
-	cp := &ControlPlane{Dir: opts.Dir}
+	cp := &ControlPlane{Dir: opts.Dir, opts: opts}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "qgpu-controlplane-"); err != nil {
 			return nil, fmt.Errorf("creating control plane dir: %w", err)
@@ -100,8 +114,21 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 	if err := os.WriteFile(caFile, cp.clientCA.certPEM, 0o644); err != nil {
 		return nil, fmt.Errorf("writing client CA: %w", err)
 	}
-	if err := cp.startAPIServer(ctx, opts, etcdAddr, apiserverFlags(opts, caFile)); err != nil {
+	cp.storage = storagebackend.NewDefaultConfig(path.Join(uuid.New().String(), "registry"), nil)
+	cp.storage.Transport.ServerList = []string{"http://" + etcdAddr}
+	cp.flags = apiserverFlags(opts, caFile)
+	if opts.Restartable {
+		if cp.front, err = newFrontDoor(); err != nil {
+			return nil, err
+		}
+	}
+	if err := cp.startAPIServer(ctx, cp.flags); err != nil {
 		return nil, err
+	}
+	if cp.front != nil {
+		if err := cp.keepServingCert(); err != nil {
+			return nil, err
+		}
 	}
 	if err := cp.buildAdminClient(); err != nil {
 		return nil, err
@@ -131,11 +158,9 @@ func apiserverFlags(opts ControlPlaneOptions, clientCAFile string) []string {
 
 // startAPIServer runs the test server in a goroutine of its own because its
 // Fatalf (through programTB) ends the calling goroutine.
-func (cp *ControlPlane) startAPIServer(ctx context.Context, opts ControlPlaneOptions, etcdAddr string, flags []string) error {
-	storage := storagebackend.NewDefaultConfig(path.Join(uuid.New().String(), "registry"), nil)
-	storage.Transport.ServerList = []string{"http://" + etcdAddr}
-
-	cp.tb = newProgramTB("qgpu-harness", cp.Dir, opts.Logf)
+func (cp *ControlPlane) startAPIServer(ctx context.Context, flags []string) error {
+	storage := cp.storage
+	cp.tb = newProgramTB("qgpu-harness", cp.Dir, cp.opts.Logf)
 	// A TContext of our own makes the test server skip ktesting.Init (which
 	// would route all apiserver logs through tb) and lets ctx abort the start.
 	tCtx := ktesting.WithCancel(ktesting.InitCtx(context.WithoutCancel(ctx), cp.tb))
@@ -162,7 +187,13 @@ func (cp *ControlPlane) startAPIServer(ctx context.Context, opts ControlPlaneOpt
 	}
 	cp.teardown = res.server.TearDownFn
 	cp.URL = "https://127.0.0.1:" + strconv.Itoa(res.server.ServerOpts.SecureServing.BindPort)
-	certFile := res.server.ServerOpts.SecureServing.ServerCert.CertKey.CertFile
+	certKey := res.server.ServerOpts.SecureServing.ServerCert.CertKey
+	cp.servingKeyFile = certKey.KeyFile
+	if cp.front != nil {
+		cp.front.setBackend(hostPort(cp.URL))
+		cp.URL = "https://" + cp.front.addr()
+	}
+	certFile := certKey.CertFile
 	// The serving certificate file holds the chain up to its self-signed CA;
 	// keep it in memory because the test server deletes its directory.
 	var err error
@@ -191,6 +222,9 @@ func (cp *ControlPlane) buildAdminClient() error {
 func (cp *ControlPlane) Stop() {
 	if cp.dialer != nil {
 		cp.dialer.CloseAll()
+	}
+	if cp.front != nil {
+		cp.front.close()
 	}
 	if cp.teardown != nil {
 		cp.teardown()

@@ -29,6 +29,7 @@ type SchedulerOptions struct {
 type Scheduler struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
+	waitErr error
 	LogPath string
 }
 
@@ -69,7 +70,7 @@ func StartScheduler(ctx context.Context, o SchedulerOptions) (*Scheduler, error)
 	}
 	s := &Scheduler{cmd: cmd, done: make(chan struct{}), LogPath: o.LogPath}
 	go func() {
-		_ = cmd.Wait()
+		s.waitErr = cmd.Wait()
 		log.Close()
 		close(s.done)
 	}()
@@ -100,4 +101,13 @@ func (s *Scheduler) Exited() bool {
 	default:
 		return false
 	}
+}
+
+// ExitErr is the process's wait error ("exit status 1", "signal: killed";
+// nil for a clean exit) once it has ended, nil before.
+func (s *Scheduler) ExitErr() error {
+	if !s.Exited() {
+		return nil
+	}
+	return s.waitErr
 }

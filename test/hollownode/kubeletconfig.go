@@ -38,6 +38,7 @@ func kubeletConfig(o *options) (*kubeletoptions.KubeletFlags, *kubeletconfig.Kub
 	c.HTTPCheckFrequency.Duration = 20 * time.Second
 	c.NodeStatusUpdateFrequency.Duration = o.statusPeriod
 	c.NodeStatusReportFrequency.Duration = 5 * time.Minute
+	c.NodeLeaseDurationSeconds = int32(o.leaseSeconds)
 	c.SyncFrequency.Duration = 10 * time.Second
 	c.EvictionPressureTransitionPeriod.Duration = 5 * time.Minute
 	c.MaxPods = int32(o.pods)

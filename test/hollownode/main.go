@@ -32,6 +32,7 @@ type options struct {
 	agentCmd     string
 	agentArgs    []string
 	statusPeriod time.Duration
+	leaseSeconds int
 }
 
 // stringList is a repeatable flag.
@@ -57,6 +58,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.Var((*stringList)(&o.agentArgs), "agent-arg", "extra agent argument (repeatable)")
 	fs.DurationVar(&o.statusPeriod, "node-status-update-frequency", time.Second,
 		"how often the kubelet checks node status; short so that device capacity shows up fast")
+	fs.IntVar(&o.leaseSeconds, "node-lease-duration-seconds", 40,
+		"the kubelet's node Lease duration; it renews the Lease every quarter of it (test/chaos watches the renewals as the kubelet's heartbeat)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
