@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -30,14 +31,21 @@ const probeNS = "chaos-probe"
 // pod, (3) the agents' stores: no grant for a gone or terminal pod, and (4)
 // no grant the agent refused for a card's capacity: each one is an
 // assignment the scheduler made over what the card has, and (5) the
-// observer's peak: the most cards over capacity at one moment of the run.
+// observer's peak: the most cards over capacity at one moment of the run;
+// besides, (6) every bound pod got its grant (diagnoseUngranted), (7)
+// every running container was given what its grant says and no card more
+// than it has (checkDelivered), and (8) no component failed unexpectedly
+// (the watchdog).
 func (e *env) finish(ctx context.Context) int {
 	e.obs.settle(ctx, settleQuiet, settleLimit)
+	n := e.diagnoseUngranted(ctx)
 	e.printCounts(ctx)
-	n := e.checkRefusals()
+	n += e.checkRefusals()
 	n += e.checkCluster(ctx, "after the faults")
+	n += e.checkDelivered(ctx)
 	n += e.probe(ctx)
 	n += e.checkCluster(ctx, "after the probe")
+	n += e.watch.report() // before checkStores stops the nodes
 	n += e.checkStores(ctx)
 	return n + e.obs.report()
 }
@@ -72,11 +80,33 @@ func (e *env) printCounts(ctx context.Context) {
 		e.created, e.deleted, len(e.bound), resched, len(failed)-resched, len(e.refused))
 	byMsg := map[string]int{}
 	for _, msg := range e.refused {
-		byMsg[msg]++
+		byMsg[admissionKind(msg)]++
 	}
 	for _, msg := range slices.Sorted(maps.Keys(byMsg)) {
 		fmt.Printf("  failed admission (%d): %s\n", byMsg[msg], msg)
 	}
+}
+
+// admissionKind is a failed admission's message with what differs from
+// pod to pod (pod names, card UUIDs, numbers) left out, cut to 240
+// characters, so that the run's failed admissions group by cause.
+func admissionKind(msg string) string {
+	for _, r := range admissionNoise {
+		msg = r.re.ReplaceAllString(msg, r.with)
+	}
+	if len(msg) > 240 {
+		msg = msg[:240] + " …"
+	}
+	return msg
+}
+
+var admissionNoise = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`chaos/p-\d+(/\w+)?`), "<pod>"},
+	{regexp.MustCompile(`GPU-[0-9a-f-]+`), "<uuid>"},
+	{regexp.MustCompile(`\b\d+\b`), "N"},
 }
 
 // overCapacity is what the agent's refusal of a grant over a card's
@@ -213,6 +243,7 @@ func (e *env) checkStores(ctx context.Context) int {
 			fmt.Printf("stores: node %s: %v\n", n.Name, err)
 			return 1
 		}
+		e.printUngrantedRecords(n.Name, grants)
 		for _, g := range grants {
 			held = append(held, view.Held{Node: n.Name, PodUID: types.UID(g.PodUID), Namespace: g.Namespace, Name: g.Name, Container: g.Container, Resource: g.Resource})
 		}

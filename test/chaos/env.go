@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,32 +32,53 @@ type env struct {
 	rng    *rand.Rand
 	health string // the agents' --fake-health-file
 
-	mu       sync.Mutex
-	bound    map[types.UID]bool   // pods seen bound
-	refused  map[types.UID]string // pods the kubelet failed at admission: message
-	created  int
-	deleted  int
-	extra    []*harness.Scheduler // replicas beside c.Scheduler
-	savedInv string               // an inventory to restore
+	mu        sync.Mutex
+	bound     map[types.UID]bool   // pods seen bound
+	lastBound int                  // the highest p-<index> seen bound
+	refused   map[types.UID]string // pods the kubelet failed at admission: message
+	created   int
+	deleted   int
+	extra     []*harness.Scheduler // replicas beside c.Scheduler
+	savedInv  string               // an inventory to restore
 	// schedulers, when set, are the scheduler names new pods take in turn.
 	schedulers []string
 	// obs watches every instant of the run (observe.go).
 	obs *observer
+	// watch watches every component's process and heartbeat (watchdog.go).
+	watch *watchdog
+	// scheds is every scheduler process the run started, c.Scheduler
+	// (set through setScheduler) and the extra replicas among them.
+	scheds []*harness.Scheduler
+	// twins, when set, makes every other pod a copy of the one before it
+	// (pods.go); ungranted is what finish found of pods never granted.
+	twins     bool
+	prev      *corev1.Pod
+	ungranted []ungrantedPod
+	// kubelet holds the kubelet-api-faults run's proxies (kubeletapi.go).
+	kubelet *kubeletFaults
 	// cleanups run when the env stops, after the cluster.
 	cleanups []func()
 	stopInf  context.CancelFunc
 }
 
 // startEnv brings up DefaultNodes with RBAC, a profile with short leases,
-// fast agent reconcile and health polling, and the annotation policy.
-func startEnv(ctx context.Context, o options, seed int64, name string) (*env, error) {
+// fast agent reconcile and health polling, short node Leases, and the
+// annotation policy; r.prepare may change the cluster's options first.
+func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, error) {
+	name := r.name
 	if o.keep != "" {
 		if err := os.MkdirAll(o.keep, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	dir, err := os.MkdirTemp(o.keep, "qgpu-chaos-"+name+"-")
+	// A short name: unix socket paths under it (the kubelets' PodResources
+	// sockets) must stay under 108 bytes.
+	dir, err := os.MkdirTemp(o.keep, "chaos-"+name+"-")
 	if err != nil {
+		return nil, err
+	}
+	if err := socketPathsFit(dir); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	profile, err := shortLeaseProfile(dir)
@@ -67,21 +89,33 @@ func startEnv(ctx context.Context, o options, seed int64, name string) (*env, er
 		refused: map[types.UID]string{}}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	e.c, err = harness.StartCluster(sctx, harness.ClusterOptions{
+	copts := harness.ClusterOptions{
 		RBAC: true, Profile: profile, Dir: dir,
 		AgentArgs: []string{"--reconcile-interval=1s", "--health-interval=300ms", "--fake-health-file=" + e.health},
-	})
+		NodeArgs:  []string{fmt.Sprintf("--node-lease-duration-seconds=%d", leaseSeconds)},
+	}
+	if r.prepare != nil {
+		err = r.prepare(e, &copts)
+	}
+	if err == nil {
+		e.c, err = harness.StartCluster(sctx, copts)
+	}
 	if err != nil {
+		for _, f := range e.cleanups {
+			f()
+		}
 		if o.keep == "" {
 			_ = os.RemoveAll(dir)
 		}
 		return nil, err
 	}
 	e.cs = e.c.Client
+	e.scheds = []*harness.Scheduler{e.c.Scheduler}
 	if err := e.setup(sctx); err != nil {
 		e.stop()
 		return nil, err
 	}
+	e.startWatchdog(context.WithoutCancel(ctx))
 	return e, nil
 }
 
@@ -125,12 +159,43 @@ func (e *env) seePod(obj any) {
 	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 		e.mu.Lock()
 		e.bound[p.UID] = true
+		var i int
+		if _, err := fmt.Sscanf(p.Name, "p-%d", &i); err == nil {
+			e.lastBound = max(e.lastBound, i)
+		}
 		if p.Status.Reason == "UnexpectedAdmissionError" {
 			e.refused[p.UID] = p.Status.Message
 		}
 		e.mu.Unlock()
 	}
 }
+
+// socketPathsFit fails when a node's PodResources socket under dir would
+// be longer than a unix socket path may be: the kubelet still listens,
+// but no client can connect, and every agent call fails.
+func socketPathsFit(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	specs, err := harness.ParseNodes(harness.DefaultNodes)
+	if err != nil {
+		return err
+	}
+	for _, s := range specs {
+		if p := podResourcesSocket(filepath.Join(abs, "nodes", s.Name)); len(p) > maxSocketPath {
+			return fmt.Errorf("%s is %d bytes, more than a unix socket path may be (%d): keep the runs in a shorter directory (-keep)", p, len(p), maxSocketPath)
+		}
+	}
+	return nil
+}
+
+// maxSocketPath is the longest unix socket path Go can dial on Linux
+// (sun_path is 108 bytes with the terminating NUL).
+const maxSocketPath = 107
+
+// shortLeases are the leader leases of every run but apiserver-faults.
+const shortLeases = "  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 500ms\n"
 
 // shortLeaseProfile writes the default profile with 4 s leases, so that a
 // killed leader is replaced in seconds rather than the default 15.
@@ -143,8 +208,7 @@ func shortLeaseProfile(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	s := strings.Replace(string(b), "  leaderElect: true\n",
-		"  leaderElect: true\n  leaseDuration: 4s\n  renewDeadline: 3s\n  retryPeriod: 500ms\n", 1)
+	s := strings.Replace(string(b), "  leaderElect: true\n", "  leaderElect: true\n"+shortLeases, 1)
 	if s == string(b) {
 		return "", fmt.Errorf("config/qgpu-scheduler.yaml: no leaderElect line to extend")
 	}
@@ -167,8 +231,49 @@ func (e *env) startReplica(ctx context.Context, log string) (*harness.Scheduler,
 	s, err := e.startScheduler(ctx, log)
 	if err == nil {
 		e.extra = append(e.extra, s)
+		e.mu.Lock()
+		e.scheds = append(e.scheds, s)
+		e.mu.Unlock()
 	}
 	return s, err
+}
+
+// lastBoundIndex is the index of the newest churn pod seen bound.
+func (e *env) lastBoundIndex() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.lastBound
+}
+
+// setScheduler makes s the cluster's scheduler (nil: none now).
+func (e *env) setScheduler(s *harness.Scheduler) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.c.Scheduler = s
+	if s != nil {
+		e.scheds = append(e.scheds, s)
+	}
+}
+
+// endScheduler kills (SIGKILL, as a crash) or stops (SIGTERM) a scheduler
+// on purpose: the watchdog expects its exit.
+func (e *env) endScheduler(s *harness.Scheduler, kill bool) {
+	if s == nil {
+		return
+	}
+	e.watch.expect(component{"scheduler", filepath.Base(s.LogPath)}, 1, 0)
+	if kill {
+		s.Kill()
+	} else {
+		s.Stop()
+	}
+}
+
+// schedulersEver is every scheduler process the run started.
+func (e *env) schedulersEver() []*harness.Scheduler {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.scheds)
 }
 
 func (e *env) stop() {

@@ -142,6 +142,7 @@ func runAgentKubelet(ctx context.Context, e *env) error {
 		switch i {
 		case n / 8, 3 * n / 8, 5 * n / 8:
 			e.logf("agent of %s SIGKILLed and restarted after pod %d", node.Name, i)
+			e.watch.expect(component{"agent", node.Name}, 1, restartWindow)
 			_ = node.RestartAgent()
 		case n / 4:
 			e.logf("kubelet device manager of %s restarted after pod %d", node.Name, i)

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"k8s.io/klog/v2"
+
+	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
 type options struct {
@@ -31,15 +33,20 @@ type options struct {
 type chaosRun struct {
 	name, what string
 	fn         func(ctx context.Context, e *env) error
+	// prepare, if set, changes the cluster's options before it starts
+	// (fault proxies that must be there before the agents).
+	prepare func(e *env, c *harness.ClusterOptions) error
 }
 
 var runs = []chaosRun{
-	{"scheduler-kill", "SIGKILL the scheduler at random points while qGPU pods of every class are created and deleted, restart it", runSchedulerKill},
-	{"leader-election", "two scheduler replicas with 4 s leases; SIGKILL the leader mid-load, the standby takes over", runLeaderElection},
-	{"bind-failures", "PreBind's update and the binding rejected by toggled admission policies, label patches racing PreBind (conflicts)", runBindFailures},
-	{"agent-kubelet", "agent SIGKILLed between and during Allocate calls and store writes, kubelet device manager restarted, a card turned unhealthy under its pods", runAgentKubelet},
-	{"topology", "pods deleted while being scheduled, a node deleted and re-added, a card removed from an inventory under running pods and restored", runTopology},
-	{"ledger-orders", "binding responses lost after the write (a proxy), a node's mixed label and a card's health flipping while pods wait, two QGPU profiles in one scheduler", runLedgerOrders},
+	{"scheduler-kill", "SIGKILL the scheduler at random points while qGPU pods of every class are created and deleted, restart it", runSchedulerKill, nil},
+	{"leader-election", "two scheduler replicas with 4 s leases; SIGKILL the leader mid-load, the standby takes over", runLeaderElection, nil},
+	{"bind-failures", "PreBind's update and the binding rejected by toggled admission policies, label patches racing PreBind (conflicts)", runBindFailures, nil},
+	{"agent-kubelet", "agent SIGKILLed between and during Allocate calls and store writes, kubelet device manager restarted, a card turned unhealthy under its pods", runAgentKubelet, nil},
+	{"topology", "pods deleted while being scheduled, a node deleted and re-added, a card removed from an inventory under running pods and restored", runTopology, nil},
+	{"ledger-orders", "binding responses lost after the write (a proxy), a node's mixed label and a card's health flipping while pods wait, two QGPU profiles in one scheduler", runLedgerOrders, nil},
+	{"kubelet-api-faults", "the agents' PodResources calls refused at random and in storms (a proxy), the kubelets' rate limit drained by a side client, Allocate calls cut mid-call (a proxy), twin pods, kubelets paused", runKubeletAPIFaults, prepareKubeletAPIFaults},
+	{"apiserver-faults", "binding responses lost after the write while the scheduler's read-back of the pod fails too (a proxy), the apiserver restarted on the same etcd and URL (every informer lists again)", runAPIServerFaults, prepareAPIServerFaults},
 }
 
 func main() {
@@ -90,7 +97,7 @@ func runAll(ctx context.Context, o options) int {
 // runOne starts a cluster, runs the faults, checks, and tears down. A run
 // that cannot complete counts as one violation: it proved nothing.
 func runOne(ctx context.Context, o options, i int64, r chaosRun) int {
-	e, err := startEnv(ctx, o, o.seed+i, r.name)
+	e, err := startEnv(ctx, o, o.seed+i, r)
 	if err != nil {
 		fmt.Printf("run %s: cluster did not start: %v\n", r.name, err)
 		return 1

@@ -33,8 +33,11 @@ import (
 //
 // One moment is one state of the pod watch: the apiserver delivers the
 // pod changes of a watch in resourceVersion order, so every state the
-// observer evaluates existed. (A relist after a broken watch replays its
-// differences one by one; the runs do not restart the apiserver.)
+// observer evaluates existed. A relist after a broken watch (an apiserver
+// restart) does not: the informer replays its differences one by one,
+// additions before deletions, so for a while after a watch error
+// (relistWindow) an instant over capacity is only noted as unconfirmed,
+// and the nodes are judged again once the window ends.
 type observer struct {
 	cards map[string]corev1.Node // node → a Node object made from its spec
 
@@ -46,7 +49,16 @@ type observer struct {
 	shown  []string // the first instants over capacity
 	events int
 	last   time.Time // the last pod or node change
+	// unsureUntil ends the current relist window; unconfirmed counts the
+	// instants over capacity seen inside one, watchErrors the windows.
+	unsureUntil time.Time
+	unconfirmed int
+	watchErrors int
 }
+
+// relistWindow is how long after a watch error the observer does not
+// trust an instant: longer than an informer needs to relist a run's pods.
+const relistWindow = 5 * time.Second
 
 const maxShown = 10
 
@@ -95,6 +107,12 @@ func (o *observer) start(ctx context.Context, cs kubernetes.Interface) error {
 		AddFunc:    func(obj any) { o.podChanged(nil, obj) },
 		UpdateFunc: o.podChanged,
 		DeleteFunc: func(obj any) { o.podChanged(obj, nil) },
+	})
+	_ = pods.SetWatchErrorHandler(func(*cache.Reflector, error) {
+		o.mu.Lock()
+		o.watchErrors++
+		o.mu.Unlock()
+		o.distrust(relistWindow)
 	})
 	touch := func(any) { o.touch() }
 	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: touch, UpdateFunc: func(_, n any) { touch(n) }, DeleteFunc: touch})
@@ -171,10 +189,39 @@ func (o *observer) evaluate(node string) {
 	over, details := cardsOver(n, pods)
 	o.now += over - o.over[node]
 	o.over[node] = over
+	if time.Now().Before(o.unsureUntil) {
+		if over > 0 {
+			o.unconfirmed++
+		}
+		return
+	}
 	if over > 0 && len(o.shown) < maxShown {
 		o.shown = append(o.shown, fmt.Sprintf("%s %d cards of %s: %v", time.Now().Format("15:04:05.000"), over, node, details))
 	}
 	o.peak = max(o.peak, o.now)
+}
+
+// distrust opens (or extends) a window of d in which instants are not
+// trusted, and judges every node again when it ends.
+func (o *observer) distrust(d time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if until := time.Now().Add(d); until.After(o.unsureUntil) {
+		o.unsureUntil = until
+	}
+	time.AfterFunc(d+10*time.Millisecond, o.confirm)
+}
+
+// confirm judges every node with the state after a relist window.
+func (o *observer) confirm() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if time.Now().Before(o.unsureUntil) {
+		return // extended: a later confirm runs
+	}
+	for node := range o.cards {
+		o.evaluate(node)
+	}
 }
 
 // cardsOver counts the cards of n that pods take past their capacity with
@@ -245,16 +292,26 @@ func (o *observer) settle(ctx context.Context, quiet, limit time.Duration) {
 	}
 }
 
-func (o *observer) ungranted() int {
-	n := 0
+func (o *observer) ungranted() int { return len(o.ungrantedLocked()) }
+
+// ungrantedPods are the bound pods that hold slices without a grant.
+func (o *observer) ungrantedPods() []*corev1.Pod {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ungrantedLocked()
+}
+
+func (o *observer) ungrantedLocked() []*corev1.Pod {
+	var out []*corev1.Pod
 	for _, pods := range o.pods {
 		for _, p := range pods {
 			if _, ok := p.Annotations[protocol.AnnotationGrant]; !ok {
-				n++
+				out = append(out, p)
 			}
 		}
 	}
-	return n
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 // report prints the peak and the first instants over capacity; the peak
@@ -263,6 +320,9 @@ func (o *observer) report() int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	fmt.Printf("observer: %d pod and node changes seen\n", o.events)
+	if o.watchErrors > 0 {
+		fmt.Printf("observer: %d watch errors; %d instants over capacity while relisting not counted (every node judged again after)\n", o.watchErrors, o.unconfirmed)
+	}
 	for _, s := range o.shown {
 		fmt.Printf("  VIOLATION over capacity at %s\n", s)
 	}

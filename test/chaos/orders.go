@@ -4,20 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -42,7 +35,7 @@ func runLedgerOrders(ctx context.Context, e *env) error {
 	if err != nil {
 		return err
 	}
-	proxy, err := startLossyProxy(cfg, 3)
+	proxy, err := startLossyProxy(cfg, 3, e.o.seed)
 	if err != nil {
 		return err
 	}
@@ -101,9 +94,10 @@ func (e *env) restartScheduler(ctx context.Context, server string) error {
 	if err := clientcmd.WriteToFile(*kc, kcPath); err != nil {
 		return err
 	}
-	e.c.Scheduler.Stop()
-	e.c.Scheduler, err = harness.StartScheduler(ctx, harness.SchedulerOptions{Kubeconfig: kcPath, Profile: profilePath,
+	e.endScheduler(e.c.Scheduler, false)
+	s, err := harness.StartScheduler(ctx, harness.SchedulerOptions{Kubeconfig: kcPath, Profile: profilePath,
 		LogPath: filepath.Join(dir, "scheduler-two-profiles.log")})
+	e.setScheduler(s)
 	return err
 }
 
@@ -137,62 +131,4 @@ func (e *env) flipNode(ctx context.Context, node string) int {
 		_ = os.WriteFile(e.health, nil, 0o644)
 	}
 	return n
-}
-
-// lossyProxy forwards every request to the apiserver with cfg's credentials,
-// and loses the response
-// of every n-th binding that the apiserver accepted: the client sees an error
-// (502) for a binding that was written, as when a connection drops after the
-// write.
-type lossyProxy struct {
-	url      string
-	srv      *http.Server
-	losing   atomic.Bool
-	bindings atomic.Int64
-	lost     atomic.Int64
-}
-
-var errLostResponse = errors.New("chaos: binding response lost after the write")
-
-func startLossyProxy(cfg *rest.Config, every int64) (*lossyProxy, error) {
-	target, err := url.Parse(cfg.Host)
-	if err != nil {
-		return nil, err
-	}
-	transport, err := rest.TransportFor(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	p := &lossyProxy{url: "http://" + ln.Addr().String()}
-	p.losing.Store(true)
-	rp := &httputil.ReverseProxy{
-		Rewrite:       func(r *httputil.ProxyRequest) { r.SetURL(target) },
-		Transport:     transport,
-		FlushInterval: -1, // watches stream
-		ModifyResponse: func(resp *http.Response) error {
-			r := resp.Request
-			if p.losing.Load() && r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/binding") &&
-				resp.StatusCode == http.StatusCreated && p.bindings.Add(1)%every == 0 {
-				p.lost.Add(1)
-				return errLostResponse
-			}
-			return nil
-		},
-		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-		},
-	}
-	p.srv = &http.Server{Handler: rp, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = p.srv.Serve(ln) }()
-	return p, nil
-}
-
-func (p *lossyProxy) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_ = p.srv.Shutdown(ctx)
 }

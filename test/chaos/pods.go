@@ -13,8 +13,23 @@ import (
 )
 
 // randomPod is a qGPU pod of a random class and shape: general shares,
-// whole cards, two containers, online and offline (mixed node only).
+// whole cards, two containers, online and offline (mixed node only). With
+// e.twins every odd pod is a twin of the one before: the same request.
 func (e *env) randomPod(i int) *corev1.Pod {
+	if e.twins && i%2 == 1 && e.prev != nil {
+		p := e.prev.DeepCopy()
+		p.Name = fmt.Sprintf("p-%05d", i)
+		if len(e.schedulers) > 0 {
+			p.Spec.SchedulerName = e.schedulers[i%len(e.schedulers)]
+		}
+		return p
+	}
+	p := e.newPod(i)
+	e.prev = p
+	return p
+}
+
+func (e *env) newPod(i int) *corev1.Pod {
 	b := builders.GPUPod(fmt.Sprintf("p-%05d", i)).Namespace(ns)
 	r := e.rng
 	switch k := r.Intn(10); {

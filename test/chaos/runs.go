@@ -25,9 +25,11 @@ func runSchedulerKill(ctx context.Context, e *env) error {
 		if !kills[i] || ferr != nil {
 			return
 		}
-		e.c.Scheduler.Kill()
+		e.endScheduler(e.c.Scheduler, true)
 		e.logf("scheduler SIGKILLed after pod %d; restarting", i)
-		e.c.Scheduler, ferr = e.startScheduler(ctx, "scheduler.log")
+		s, err := e.startScheduler(ctx, "scheduler.log")
+		e.setScheduler(s)
+		ferr = err
 	})
 	if err != nil {
 		return err
@@ -53,7 +55,7 @@ func runLeaderElection(ctx context.Context, e *env) error {
 		if i != n/2 {
 			return
 		}
-		e.c.Scheduler.Kill()
+		e.endScheduler(e.c.Scheduler, true)
 		start := time.Now()
 		e.logf("leader SIGKILLed after pod %d", i)
 		for ; time.Since(start) < 20*time.Second; time.Sleep(100 * time.Millisecond) {
