@@ -56,11 +56,11 @@ func prepareKubeletAPIFaults(e *env, c *harness.ClusterOptions) error {
 		lists := newListFaults(e.o.seed+int64(100+i), listFaultRate, listFaultMax)
 		allocs := newAllocFaults(e.o.seed+int64(200+i), allocCutRate, allocCutDelay, allocCutMax)
 		kubelet := podResourcesSocket(root)
-		pr, err := startPodResourcesProxy(spec.Name, filepath.Join(root, proxyDirectory, "pr.sock"), kubelet, lists, &k.listed)
+		pr, err := startPodResourcesProxy(filepath.Join(root, proxyDirectory, "pr.sock"), kubelet, lists, &k.listed)
 		if err != nil {
-			return err
+			return fmt.Errorf("PodResources proxy of %s: %w", spec.Name, err)
 		}
-		e.cleanups = append(e.cleanups, pr.close)
+		e.cleanups = append(e.cleanups, pr.Close)
 		pp, err := startPluginProxy(spec.Name, filepath.Join(root, proxyDirectory, "dp"), allocs, &k.allocated)
 		if err != nil {
 			return err

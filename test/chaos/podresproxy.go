@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math/rand"
 	"net"
 	"os"
@@ -16,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
 // podResourcesSocket is the hollow kubelet's own PodResources socket under
@@ -25,37 +26,26 @@ func podResourcesSocket(root string) string {
 	return filepath.Join(root, "kubelet", "pod-resources", "kubelet.sock")
 }
 
-// podResourcesProxy serves the PodResources API on a socket of its own
-// and passes each call on to the kubelet's socket, unless its listFaults
-// answer it with a refusal first. The agent is pointed at it
+// startPodResourcesProxy serves the PodResources API on socket and passes
+// each call on to the kubelet's socket, unless faults answer it with a
+// refusal first (harness.PodResourcesProxy). The agent is pointed at it
 // (--pod-resources-socket), so the refusals it sees are the proxy's and,
 // while the side client (hammer) drains the kubelet's limiter, the
-// kubelet's own.
-type podResourcesProxy struct {
-	podresourcesapi.UnimplementedPodResourcesListerServer
-	node   string
-	faults *listFaults
-	count  *tally
-	up     podresourcesapi.PodResourcesListerClient
-	conn   *grpc.ClientConn
-	srv    *grpc.Server
-}
-
-func startPodResourcesProxy(node, socket, kubelet string, faults *listFaults, count *tally) (*podResourcesProxy, error) {
-	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, fmt.Errorf("PodResources proxy of %s: %w", node, err)
-	}
-	p := &podResourcesProxy{node: node, faults: faults, count: count, up: podresourcesapi.NewPodResourcesListerClient(conn), conn: conn}
-	ln, err := listenUnix(socket)
-	if err != nil {
-		conn.Close()
-		return nil, fmt.Errorf("PodResources proxy of %s: %w", node, err)
-	}
-	p.srv = grpc.NewServer()
-	podresourcesapi.RegisterPodResourcesListerServer(p.srv, p)
-	go func() { _ = p.srv.Serve(ln) }()
-	return p, nil
+// kubelet's own; count tallies both by code.
+func startPodResourcesProxy(socket, kubelet string, faults *listFaults, count *tally) (*harness.PodResourcesProxy, error) {
+	return harness.StartPodResourcesProxy(socket, kubelet, harness.PodResourcesHooks{
+		Refuse: func(method string, _ int) error {
+			code := faults.decide(time.Now())
+			if code == codes.OK {
+				return nil
+			}
+			count.add(method + " refused by the proxy " + code.String())
+			return status.Error(code, "chaos: the PodResources proxy refused the call ("+code.String()+")")
+		},
+		Answered: func(method string, err error) {
+			count.add(method + " answered by the kubelet " + status.Code(err).String())
+		},
+	})
 }
 
 // listenUnix listens on a fresh socket at path, its directory created.
@@ -67,57 +57,6 @@ func listenUnix(path string) (net.Listener, error) {
 		return nil, err
 	}
 	return net.Listen("unix", path)
-}
-
-func (p *podResourcesProxy) close() {
-	p.srv.Stop()
-	p.conn.Close()
-}
-
-// refuse returns the refusal the faults chose for this call, if any.
-func (p *podResourcesProxy) refuse(method string) error {
-	code := p.faults.decide(time.Now())
-	if code == codes.OK {
-		return nil
-	}
-	p.count.add(method + " refused by the proxy " + code.String())
-	return status.Error(code, "chaos: the PodResources proxy refused the call ("+code.String()+")")
-}
-
-// passed counts the kubelet's own answer; a ResourceExhausted is its rate limit.
-func (p *podResourcesProxy) passed(method string, err error) {
-	if code := status.Code(err); code != codes.OK {
-		p.count.add(method + " answered by the kubelet " + code.String())
-		return
-	}
-	p.count.add(method + " answered by the kubelet OK")
-}
-
-func (p *podResourcesProxy) List(ctx context.Context, r *podresourcesapi.ListPodResourcesRequest) (*podresourcesapi.ListPodResourcesResponse, error) {
-	if err := p.refuse("List"); err != nil {
-		return nil, err
-	}
-	resp, err := p.up.List(ctx, r)
-	p.passed("List", err)
-	return resp, err
-}
-
-func (p *podResourcesProxy) Get(ctx context.Context, r *podresourcesapi.GetPodResourcesRequest) (*podresourcesapi.GetPodResourcesResponse, error) {
-	if err := p.refuse("Get"); err != nil {
-		return nil, err
-	}
-	resp, err := p.up.Get(ctx, r)
-	p.passed("Get", err)
-	return resp, err
-}
-
-func (p *podResourcesProxy) GetAllocatableResources(ctx context.Context, r *podresourcesapi.AllocatableResourcesRequest) (*podresourcesapi.AllocatableResourcesResponse, error) {
-	if err := p.refuse("GetAllocatableResources"); err != nil {
-		return nil, err
-	}
-	resp, err := p.up.GetAllocatableResources(ctx, r)
-	p.passed("GetAllocatableResources", err)
-	return resp, err
 }
 
 // hammer is a side client that calls the kubelets' own PodResources List

@@ -65,11 +65,11 @@ func TestPodResourcesProxy(t *testing.T) {
 	serve(t, kubelet, func(s *grpc.Server) { podresourcesapi.RegisterPodResourcesListerServer(s, fakeKubelet{}) })
 	faults := newListFaults(1, 1, 1000)
 	var count tally
-	p, err := startPodResourcesProxy("n1", filepath.Join(dir, "c", "pr.sock"), kubelet, faults, &count)
+	p, err := startPodResourcesProxy(filepath.Join(dir, "c", "pr.sock"), kubelet, faults, &count)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.close()
+	defer p.Close()
 	client := podresourcesapi.NewPodResourcesListerClient(dialUnix(t, filepath.Join(dir, "c", "pr.sock")))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

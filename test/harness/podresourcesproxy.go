@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -15,7 +16,7 @@ import (
 
 // PodResourcesProxy serves the kubelet's PodResources API v1 on a unix
 // socket of its own and passes each call to the kubelet's socket, except
-// the calls its fault refuses: a kubelet that rate-limits, restarts or
+// the calls its hooks refuse: a kubelet that rate-limits, restarts or
 // answers late, where the agent's --pod-resources-socket points at the
 // proxy. Only unix sockets on this machine are involved.
 type PodResourcesProxy struct {
@@ -24,19 +25,31 @@ type PodResourcesProxy struct {
 
 	upstream *grpc.ClientConn
 	client   podresourcesapi.PodResourcesListerClient
-	fault    func(method string, call int) error
+	hooks    PodResourcesHooks
 	server   *grpc.Server
 
 	mu             sync.Mutex
 	calls, refused int
 }
 
-// StartPodResourcesProxy listens on socket and forwards to the kubelet's
-// upstream socket (which may not exist yet: such calls fail as the
-// kubelet's would, Unavailable). fault is asked before each call, numbered
-// from 1 across methods; an error it returns is the answer.
-func StartPodResourcesProxy(socket, upstream string, fault func(method string, call int) error) (*PodResourcesProxy, error) {
+// PodResourcesHooks say what the proxy does with each call; either may be nil.
+type PodResourcesHooks struct {
+	// Refuse is asked before each call, numbered from 1 across methods
+	// (calls are serialised through it): an error it returns is the answer.
+	Refuse func(method string, call int) error
+	// Answered is told the kubelet's own answer to each call passed on (a
+	// ResourceExhausted is the kubelet's rate limit).
+	Answered func(method string, err error)
+}
+
+// StartPodResourcesProxy listens on socket (a socket file left there is
+// replaced) and forwards to the kubelet's upstream socket (which may not
+// exist yet: such calls fail as the kubelet's would, Unavailable).
+func StartPodResourcesProxy(socket, upstream string, hooks PodResourcesHooks) (*PodResourcesProxy, error) {
 	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(socket); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	abs, err := filepath.Abs(upstream)
@@ -53,7 +66,7 @@ func StartPodResourcesProxy(socket, upstream string, fault func(method string, c
 		return nil, fmt.Errorf("PodResources proxy: %w", err)
 	}
 	p := &PodResourcesProxy{Socket: socket, upstream: conn, client: podresourcesapi.NewPodResourcesListerClient(conn),
-		fault: fault, server: grpc.NewServer()}
+		hooks: hooks, server: grpc.NewServer()}
 	podresourcesapi.RegisterPodResourcesListerServer(p.server, p)
 	go func() { _ = p.server.Serve(l) }()
 	return p, nil
@@ -76,14 +89,20 @@ func (p *PodResourcesProxy) admit(method string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.calls++
-	if p.fault == nil {
+	if p.hooks.Refuse == nil {
 		return nil
 	}
-	err := p.fault(method, p.calls)
+	err := p.hooks.Refuse(method, p.calls)
 	if err != nil {
 		p.refused++
 	}
 	return err
+}
+
+func (p *PodResourcesProxy) answered(method string, err error) {
+	if p.hooks.Answered != nil {
+		p.hooks.Answered(method, err)
+	}
 }
 
 // List implements PodResourcesListerServer.
@@ -91,7 +110,9 @@ func (p *PodResourcesProxy) List(ctx context.Context, req *podresourcesapi.ListP
 	if err := p.admit("List"); err != nil {
 		return nil, err
 	}
-	return p.client.List(ctx, req)
+	resp, err := p.client.List(ctx, req)
+	p.answered("List", err)
+	return resp, err
 }
 
 // Get implements PodResourcesListerServer.
@@ -99,7 +120,9 @@ func (p *PodResourcesProxy) Get(ctx context.Context, req *podresourcesapi.GetPod
 	if err := p.admit("Get"); err != nil {
 		return nil, err
 	}
-	return p.client.Get(ctx, req)
+	resp, err := p.client.Get(ctx, req)
+	p.answered("Get", err)
+	return resp, err
 }
 
 // GetAllocatableResources implements PodResourcesListerServer.
@@ -107,5 +130,7 @@ func (p *PodResourcesProxy) GetAllocatableResources(ctx context.Context, req *po
 	if err := p.admit("GetAllocatableResources"); err != nil {
 		return nil, err
 	}
-	return p.client.GetAllocatableResources(ctx, req)
+	resp, err := p.client.GetAllocatableResources(ctx, req)
+	p.answered("GetAllocatableResources", err)
+	return resp, err
 }

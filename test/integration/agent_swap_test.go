@@ -206,14 +206,14 @@ func startFlakyNode(t *testing.T, cp *harness.ControlPlane, kubeconfig, name, ca
 	root := t.TempDir()
 	var lastRefusal time.Time
 	proxy, err := harness.StartPodResourcesProxy(filepath.Join(root, "flaky-pod-resources.sock"), kubeletPodResources(root),
-		func(string, int) error { // the proxy serialises these calls
+		harness.PodResourcesHooks{Refuse: func(string, int) error { // the proxy serialises these calls
 			if !lastRefusal.IsZero() && time.Since(lastRefusal) < 100*time.Millisecond {
 				lastRefusal = time.Time{}
 				return nil
 			}
 			lastRefusal = time.Now()
 			return status.Error(codes.ResourceExhausted, "rejected by rate limit (proxy)")
-		})
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
