@@ -72,6 +72,11 @@ var mutants = []mutant{
 	{File: "test/chaos/observe.go", Old: "\to.peak = max(o.peak, o.now)", New: "\to.peak = max(o.peak, over)", Pkgs: observer, Why: "observer: peak over all nodes at one moment"},
 	{File: "test/chaos/observe.go", Old: "\t\tdelete(o.pods[before.Spec.NodeName], before.UID)\n", New: "", Pkgs: observer, Why: "observer: a deleted pod leaves its card"},
 
+	// The chaos watchdog and the check of what containers were given (test/chaos/judge.go, delivered.go).
+	{File: "test/chaos/judge.go", Old: "if a := j.allow[c]; a != nil && a.exits > 0 {", New: "if a := j.allow[c]; a != nil {", Pkgs: observer, Run: "TestJudge", Why: "watchdog: an exit past the planned kills is reported"},
+	{File: "test/chaos/judge.go", Old: "if !now.After(deadline) || j.reported[c] {", New: "if true {", Pkgs: observer, Run: "TestJudge", Why: "watchdog: a component silent past the bound is reported"},
+	{File: "test/chaos/delivered.go", Old: "return slices.Equal(d.cards, cards) && d.memoryGiB == mem", New: "return d.memoryGiB == mem", Pkgs: observer, Run: "TestDelivered", Why: "delivered: a container given another card than its grant"},
+
 	// The checker's invariants (internal/view).
 	{File: "internal/view/check.go", Old: "case c.UsedMemoryGiB > c.MemoryGiB:", New: "case false:", Pkgs: view, Why: "checker: card memory by assignments"},
 	{File: "internal/view/check.go", Old: "case c.UsedCores > protocol.CoresPerCard:", New: "case false:", Pkgs: view, Why: "checker: general cores ≤ 100"},
