@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,12 +42,15 @@ import (
 type observer struct {
 	cards map[string]corev1.Node // node → a Node object made from its spec
 
-	mu     sync.Mutex
-	pods   map[string]map[types.UID]*corev1.Pod // node → bound qGPU pods
-	over   map[string]int                       // node → cards over capacity now
-	now    int                                  // sum of over
-	peak   int
-	shown  []string // the first instants over capacity
+	mu    sync.Mutex
+	pods  map[string]map[types.UID]*corev1.Pod // node → bound qGPU pods
+	over  map[string]int                       // node → cards over capacity now
+	now   int                                  // sum of over
+	peak  int
+	shown []string // the first instants over capacity
+	// dumped are the nodes whose pods were listed at their first instant
+	// over capacity (podTable), so a run's log says what held the card.
+	dumped map[string]bool
 	events int
 	last   time.Time // the last pod or node change
 	// unsureUntil ends the current relist window; unconfirmed counts the
@@ -64,7 +68,7 @@ const maxShown = 10
 
 // newObserver makes the observer's nodes from the harness's node specs.
 func newObserver(specs []harness.NodeSpec) (*observer, error) {
-	o := &observer{cards: map[string]corev1.Node{}, pods: map[string]map[types.UID]*corev1.Pod{}, over: map[string]int{}}
+	o := &observer{cards: map[string]corev1.Node{}, pods: map[string]map[types.UID]*corev1.Pod{}, over: map[string]int{}, dumped: map[string]bool{}}
 	for _, s := range specs {
 		n, err := specNode(s)
 		if err != nil {
@@ -197,6 +201,10 @@ func (o *observer) evaluate(node string) {
 	}
 	if over > 0 && len(o.shown) < maxShown {
 		o.shown = append(o.shown, fmt.Sprintf("%s %d cards of %s: %v", time.Now().Format("15:04:05.000"), over, node, details))
+		if !o.dumped[node] {
+			o.dumped[node] = true
+			o.shown = append(o.shown, podTable(pods)...)
+		}
 	}
 	o.peak = max(o.peak, o.now)
 }
@@ -222,6 +230,43 @@ func (o *observer) confirm() {
 	for node := range o.cards {
 		o.evaluate(node)
 	}
+}
+
+// podTable is one line per pod of a node: name, UID, phase, whether it is
+// being deleted, its assignment and its grant, sorted by name.
+func podTable(pods []corev1.Pod) []string {
+	sort.Slice(pods, func(i, j int) bool { return pods[i].Name < pods[j].Name })
+	out := make([]string, 0, len(pods))
+	for _, p := range pods {
+		deleting := ""
+		if p.DeletionTimestamp != nil {
+			deleting = " deleting"
+		}
+		out = append(out, fmt.Sprintf("    %s uid %s %s%s assigned [%s] granted [%s]", p.Name, p.UID, p.Status.Phase, deleting,
+			slicesOf(p.Annotations[protocol.AnnotationAssignment]), slicesOf(p.Annotations[protocol.AnnotationGrant])))
+	}
+	return out
+}
+
+// slicesOf is an assignment annotation in one line (class, then per
+// container its cards, GiB and cores), or what is wrong with it.
+func slicesOf(value string) string {
+	if value == "" {
+		return "none"
+	}
+	a, err := protocol.DecodeAssignment([]byte(value))
+	if err != nil {
+		return "undecodable: " + err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s uid %s", a.Class, a.PodUID)
+	for _, c := range a.Containers {
+		fmt.Fprintf(&b, "; %s:", c.Name)
+		for _, s := range c.Slices {
+			fmt.Fprintf(&b, " card%d %dGiB %dc", s.Index, s.MemoryGiB, s.Cores)
+		}
+	}
+	return b.String()
 }
 
 // cardsOver counts the cards of n that pods take past their capacity with
@@ -324,6 +369,10 @@ func (o *observer) report() int {
 		fmt.Printf("observer: %d watch errors; %d instants over capacity while relisting not counted (every node judged again after)\n", o.watchErrors, o.unconfirmed)
 	}
 	for _, s := range o.shown {
+		if strings.HasPrefix(s, "    ") {
+			fmt.Println(s) // a pod of the node just above
+			continue
+		}
 		fmt.Printf("  VIOLATION over capacity at %s\n", s)
 	}
 	fmt.Printf("peak-oversubscribed %d\n", o.peak)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -134,5 +135,31 @@ func TestObserverWaitsForGrants(t *testing.T) {
 	o.podChanged(pending, placed("a", "t4", 4, 30, 0, 0))
 	if n := o.ungranted(); n != 0 {
 		t.Errorf("granted: %d pods waiting, want 0", n)
+	}
+}
+
+// At a node's first instant over capacity the observer lists the node's
+// pods with their assignments and grants, once per node.
+func TestObserverListsPodsOnce(t *testing.T) {
+	o, err := newObserver([]harness.NodeSpec{{Name: "t4", Cards: "2xT4"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := placed("a", "t4", 10, 30, 0, 0), placed("b", "t4", 10, 30, 0, -1), placed("c", "t4", 2, 30, 0, -1)
+	for _, p := range []*corev1.Pod{a, b, c} {
+		o.podChanged(nil, p)
+	}
+	var pods []string
+	for _, s := range o.shown {
+		if strings.HasPrefix(s, "    ") {
+			pods = append(pods, s)
+		}
+	}
+	if len(o.shown) != 2+2 || len(pods) != 2 {
+		t.Fatalf("shown %q: want two instants and the two pods of the first", o.shown)
+	}
+	if !strings.Contains(pods[0], "a uid uid-a") || !strings.Contains(pods[0], "granted [general uid uid-a; c: card0 10GiB 30c]") ||
+		!strings.Contains(pods[1], "b uid uid-b") || !strings.Contains(pods[1], "granted [none]") {
+		t.Errorf("pod lines %q", pods)
 	}
 }
