@@ -59,3 +59,23 @@ func TestRunRemovesItsTempDir(t *testing.T) {
 		t.Errorf("left behind in TMPDIR: %v", left)
 	}
 }
+
+// --help describes --kubeconfig as this binary treats it (honoured with
+// --config), not as stock kube-scheduler's help does (ignored).
+func TestHelpKubeconfig(t *testing.T) {
+	t.Setenv("TMPDIR", filepath.Join(t.TempDir(), "missing"))
+	var out, errOut bytes.Buffer
+	if code := run([]string{"--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("--help: exit %d, stderr %q", code, errOut.String())
+	}
+	for _, line := range strings.Split(out.String(), "\n") {
+		if !strings.Contains(line, "--kubeconfig string") {
+			continue
+		}
+		if strings.Contains(line, "ignored") || !strings.Contains(line, "honoured with --config too") {
+			t.Errorf("--kubeconfig's help: %q", line)
+		}
+		return
+	}
+	t.Errorf("--help lists no --kubeconfig")
+}

@@ -29,6 +29,11 @@ type ClusterOptions struct {
 	// StartCluster); the nodes use system:node:<name> certificates.
 	// Without it every component is admin.
 	RBAC bool
+	// Admission applies the shipped admission policies (manifests/admission:
+	// the protected annotations, and qgpu-scheduler required of every pod
+	// that asks for qGPU resources, with the request rules) as a deployment
+	// does. It needs RBAC: the policies name the components' ServiceAccounts.
+	Admission bool
 	// Profile is a scheduler profile such as config/qgpu-scheduler-spread.yaml
 	// (the profiles keep their lease in qgpu-system, where the RBAC grants it).
 	// Empty: the config of the generated manifests/scheduler/configmap.yaml,
@@ -111,7 +116,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	if err := c.WriteKubeconfig(c.Kubeconfig); err != nil {
 		return nil, err
 	}
-	schedKC, agentKC, err := c.componentCredentials(ctx, opts.RBAC)
+	schedKC, agentKC, err := c.componentCredentials(ctx, opts.RBAC, opts.Admission)
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +134,17 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 // manifests' rules and the agent's own-node policy (applied here), and ""
 // for the agent: each node's agent gets a token of its own (agentKubeconfig);
 // otherwise the admin kubeconfig.
-func (c *Cluster) componentCredentials(ctx context.Context, rbac bool) (scheduler, agent string, err error) {
+func (c *Cluster) componentCredentials(ctx context.Context, rbac, admission bool) (scheduler, agent string, err error) {
+	if admission && !rbac {
+		return "", "", errors.New("ClusterOptions.Admission needs RBAC: the policies name the components' ServiceAccounts")
+	}
 	// The scheduler's lease lives in qgpu-system, with or without RBAC.
 	files := []string{"manifests/namespace.yaml"}
 	if rbac {
 		files = append(files, "manifests/scheduler/rbac.yaml", "manifests/agent/rbac.yaml", "manifests/agent/own-node-policy.yaml")
+	}
+	if admission {
+		files = append(files, "manifests/admission")
 	}
 	objs, err := ReadManifests(files...)
 	if err != nil {
@@ -141,6 +152,11 @@ func (c *Cluster) componentCredentials(ctx context.Context, rbac bool) (schedule
 	}
 	if err := Apply(ctx, c.Config, objs, false); err != nil {
 		return "", "", err
+	}
+	if admission {
+		if err := WaitRequireScheduler(ctx, c.Client); err != nil {
+			return "", "", err
+		}
 	}
 	if !rbac {
 		return c.Kubeconfig, c.Kubeconfig, nil

@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -99,40 +101,73 @@ func DecodeManifests(data []byte) ([]*unstructured.Unstructured, error) {
 // --server-side` does; with dryRun the API server validates and admits
 // them (`--dry-run=server`) without storing anything.
 func Apply(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool) error {
+	_, err := ApplyRefusable(ctx, cfg, objs, dryRun, nil)
+	return err
+}
+
+// ApplyRefusable is Apply where an admission policy may refuse the objects
+// for which refusable holds (nil: none): their refusals are returned by
+// "namespace/name" instead of failing the apply, as `kubectl apply -k`
+// reports a refused object and goes on with the others. A refusable
+// object that is admitted is applied as any other: the caller judges it.
+func ApplyRefusable(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool,
+	refusable func(*unstructured.Unstructured) bool) (map[string]string, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("discovery client: %w", err)
+		return nil, fmt.Errorf("discovery client: %w", err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
 	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
-		return fmt.Errorf("dynamic client: %w", err)
+		return nil, fmt.Errorf("dynamic client: %w", err)
 	}
 	opts := metav1.PatchOptions{FieldManager: FieldManager, Force: ptr.To(true)}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
+	refused := map[string]string{}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			return fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
+			return refused, fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err)
 		}
 		data, err := o.MarshalJSON()
 		if err != nil {
-			return fmt.Errorf("encoding %s %s: %w", gvk.Kind, o.GetName(), err)
+			return refused, fmt.Errorf("encoding %s %s: %w", gvk.Kind, o.GetName(), err)
 		}
 		var ri dynamic.ResourceInterface = dyn.Resource(m.Resource)
+		ns := ""
 		if m.Scope.Name() == "namespace" {
-			ns := o.GetNamespace()
-			if ns == "" {
+			if ns = o.GetNamespace(); ns == "" {
 				ns = metav1.NamespaceDefault
 			}
 			ri = dyn.Resource(m.Resource).Namespace(ns)
 		}
-		if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, opts); err != nil {
-			return fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, o.GetNamespace(), o.GetName(), err)
+		_, err = ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, opts)
+		if msg, ok := AdmissionRefusal(err); ok && refusable != nil && refusable(o) {
+			refused[ns+"/"+o.GetName()] = msg
+			continue
+		}
+		if err != nil {
+			return refused, fmt.Errorf("applying %s %s/%s: %w", gvk.Kind, o.GetNamespace(), o.GetName(), err)
 		}
 	}
-	return nil
+	return refused, nil
+}
+
+// AdmissionRefusal is the message of an admission policy's or webhook's
+// refusal in err (what follows "denied request: " or "denied the request: "),
+// and whether err is one.
+func AdmissionRefusal(err error) (string, bool) {
+	if err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+		return "", false
+	}
+	msg := err.Error()
+	for _, mark := range []string{"denied request: ", "denied the request: "} {
+		if i := strings.Index(msg, mark); i >= 0 {
+			return msg[i+len(mark):], true
+		}
+	}
+	return "", false
 }

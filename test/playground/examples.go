@@ -16,7 +16,8 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// LabelExpect marks examples that the scheduler must reject.
+// LabelExpect marks examples that must be rejected: the playground applies
+// the shipped admission policies, so each is refused at its creation.
 const (
 	LabelExpect    = "examples.qgpu.io/expect"
 	ExpectRejected = "rejected"
@@ -32,19 +33,23 @@ type example struct {
 	Granted bool
 	// Reason is the latest FailedScheduling message.
 	Reason string
+	// Refused is the admission policy's message when the apiserver refused
+	// to create the pod.
+	Refused string
 }
 
 // landed reports whether the example ended as expected: bound, Running and
-// granted by the agent, or (for a rejected one) unbound with a reason.
+// granted by the agent, or (for a rejected one) refused at creation.
 func (e *example) landed() bool {
 	if e.WantRejected {
-		return e.Node == "" && e.Reason != ""
+		return e.Refused != ""
 	}
 	return e.Node != "" && e.Phase == corev1.PodRunning && e.Granted
 }
 
-// wrong reports an outcome that waiting cannot fix: a rejected example bound.
-func (e *example) wrong() bool { return e.WantRejected && e.Node != "" }
+// wrong reports an outcome that waiting cannot fix: a rejected example
+// created (the admission policies let it through).
+func (e *example) wrong() bool { return e.WantRejected && e.Refused == "" }
 
 // examplePods returns the Pods among objs, in order, with their expectation.
 func examplePods(objs []*unstructured.Unstructured) []*example {
@@ -68,11 +73,14 @@ func waitExamples(ctx context.Context, cs kubernetes.Interface, exs []*example) 
 	err := wait.PollUntilContextCancel(ctx, 200*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		done := true
 		for _, e := range exs {
+			if e.Refused != "" {
+				continue // never created
+			}
 			if err := observe(ctx, cs, e); err != nil {
 				return false, nil
 			}
 			if e.wrong() {
-				return false, fmt.Errorf("pod %s/%s should have been rejected but was bound to %s", e.Namespace, e.Name, e.Node)
+				return false, fmt.Errorf("pod %s/%s should have been refused at creation but was created", e.Namespace, e.Name)
 			}
 			done = done && e.landed()
 		}

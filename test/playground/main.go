@@ -2,9 +2,10 @@
 // Docker (docs/design.md#what-the-tests-run-for-real): a real kube-apiserver and etcd, the real
 // qgpu-scheduler binary, and hollow kubelets whose device managers register
 // the real qgpu-agent on simulated cards. It applies manifests/examples,
-// waits until every example is Running with its grant (or, for the ones
-// labelled examples.qgpu.io/expect=rejected, has its FailedScheduling
-// reason), and prints where every pod landed, card by card.
+// waits until every example is Running with its grant (the ones labelled
+// examples.qgpu.io/expect=rejected must be refused at creation by the
+// shipped admission policies), and prints where every pod landed, card by
+// card.
 //
 //	qgpu-playground              run once, print, tear down (make playground)
 //	qgpu-playground --keep       stay up until SIGTERM/SIGINT (make playground-up)
@@ -160,7 +161,7 @@ func startCluster(ctx context.Context, o options, dir string, nodes []harness.No
 		return nil, err
 	}
 	fmt.Fprintf(w, "[1/3] Starting %d nodes: %s\n", len(nodes), describeNodes(nodes))
-	opts := harness.ClusterOptions{Nodes: nodes, RBAC: true, Dir: dir}
+	opts := harness.ClusterOptions{Nodes: nodes, RBAC: true, Admission: true, Dir: dir}
 	if o.verbose {
 		opts.Logf = func(f string, args ...any) { fmt.Fprintf(w, "      "+f+"\n", args...) }
 	}
@@ -172,7 +173,8 @@ func startCluster(ctx context.Context, o options, dir string, nodes []harness.No
 		return nil, fmt.Errorf("starting the cluster: %w", err)
 	}
 	fmt.Fprintf(w, "      up in %v: apiserver %s (RBAC on; scheduler and agents run as the\n", time.Since(t).Round(100*time.Millisecond), c.URL)
-	fmt.Fprintf(w, "      ServiceAccounts of manifests/, with exactly their rules)\n")
+	fmt.Fprintf(w, "      ServiceAccounts of manifests/, with exactly their rules; the admission\n")
+	fmt.Fprintf(w, "      policies of manifests/admission enforced)\n")
 	return c, nil
 }
 

@@ -51,9 +51,9 @@ func printOutcome(w io.Writer, exs []*example) int {
 		}
 	}
 	if len(rejected) > 0 {
-		fmt.Fprintf(w, "\nRejected, as these examples should be (label %s=%s), with the scheduler's reason:\n", LabelExpect, ExpectRejected)
+		fmt.Fprintf(w, "\nRefused at creation, as these examples should be (label %s=%s), with the admission policy's reason:\n", LabelExpect, ExpectRejected)
 		for _, e := range rejected {
-			fmt.Fprintf(w, "  %-26s %s\n", e.Name, e.Reason)
+			fmt.Fprintf(w, "  %-26s %s\n", e.Name, e.Refused)
 		}
 	}
 	if len(bad) > 0 {
@@ -69,9 +69,11 @@ func printOutcome(w io.Writer, exs []*example) int {
 func (e *example) state() string {
 	switch {
 	case e.wrong():
-		return fmt.Sprintf("should be rejected, but was bound to %s", e.Node)
-	case e.WantRejected:
-		return "should be rejected, but has no FailedScheduling event yet"
+		where := "unbound"
+		if e.Node != "" {
+			where = "bound to " + e.Node
+		}
+		return "should be refused at creation by the admission policies (manifests/admission), but was created: " + where
 	case e.Node == "":
 		reason := e.Reason
 		if reason == "" {

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -28,10 +30,16 @@ func showExamples(ctx context.Context, o options, c *harness.Cluster, w io.Write
 			rejected++
 		}
 	}
-	fmt.Fprintf(w, "[2/3] Applying %s: %d pods, of which %d must be rejected\n", o.examples, len(exs), rejected)
+	fmt.Fprintf(w, "[2/3] Applying %s: %d pods, of which %d must be refused at creation\n", o.examples, len(exs), rejected)
 	fmt.Fprintf(w, "      (what `kubectl apply -k %s` does)\n", o.examples)
-	if err := harness.Apply(ctx, c.Config, objs, false); err != nil {
+	refused, err := harness.ApplyRefusable(ctx, c.Config, objs, false, func(u *unstructured.Unstructured) bool {
+		return u.GetKind() == "Pod" && u.GetLabels()[LabelExpect] == ExpectRejected
+	})
+	if err != nil {
 		return err
+	}
+	for _, e := range exs {
+		e.Refused = refused[e.Namespace+"/"+e.Name]
 	}
 	fmt.Fprintf(w, "[3/3] Waiting until each pod is Running with the agent's grant, or rejected\n")
 	t := time.Now()

@@ -30,5 +30,15 @@ func New() *cobra.Command {
 	cmd := app.NewSchedulerCommand(Options()...)
 	cmd.Use = "qgpu-scheduler"
 	cmd.Short = "kube-scheduler with the qGPU fractional-GPU plugin"
+	// Stock kube-scheduler ignores --kubeconfig beside --config and says
+	// so; this binary honours it (WithKubeconfig), so its help must too.
+	if f := cmd.Flags().Lookup("kubeconfig"); f != nil {
+		f.Usage = KubeconfigUsage
+	}
 	return cmd
 }
+
+// KubeconfigUsage is --kubeconfig's help: what WithKubeconfig does.
+const KubeconfigUsage = "path to a kubeconfig file with the API server's location and credentials; " +
+	"unlike stock kube-scheduler, it (or $KUBECONFIG) is honoured with --config too, " +
+	"unless the --config file sets clientConnection.kubeconfig"
