@@ -29,6 +29,7 @@ var mutants = []mutant{
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "if !h.FitsOn(n.node.Cards) {", New: "if false {", Pkgs: ledger, Why: "ledger: Reserve re-checks the chosen slices"},
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "{ return !h.Bound && ", New: "{ return ", Pkgs: ledger, Why: "ledger: Unreserve keeps a bound holding"},
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "\tcase cur.Bound:\n\t\treturn false, true", New: "\tcase cur.Bound && false:\n\t\treturn false, true", Pkgs: ledger, Why: "ledger: Observe never replaces a bound holding"},
+	{File: "plugins/qgpu/ledger/ledger.go", Old: "return false, other.Bound", New: "return false, true", Pkgs: ledger, Why: "ledger: Observe retries when a Reserve elsewhere records between its check and its record"},
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "\tif cur := l.holders[uid]; cur != nil {\n\t\tl.mu.Unlock()\n\t\treturn cur", New: "\tif cur := l.holders[uid]; cur != nil && false {\n\t\tl.mu.Unlock()\n\t\treturn cur", Pkgs: ledger, Why: "ledger: one holding per pod"},
 
 	// The scheduler's release paths (plugins/qgpu/watch.go).

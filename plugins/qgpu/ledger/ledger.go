@@ -247,8 +247,15 @@ func (l *Ledger) observeOn(uid types.UID, bound *Holding, over *[]Overbooking) (
 	cur := l.holding(uid)
 	switch {
 	case cur == nil:
-		if l.record(uid, n, bound) != nil {
-			return false, true
+		if testHookObserveRecord != nil {
+			testHookObserveRecord(uid)
+		}
+		if other := l.record(uid, n, bound); other != nil {
+			// A Reserve on another node recorded the pod between the
+			// check above and record (it holds that node's lock, not
+			// this one's): settled only if that holding is bound too;
+			// an assumed one is dropped by the next round.
+			return false, other.Bound
 		}
 		*over = overbooked(n.node.Cards, bound)
 		return true, true
@@ -266,6 +273,11 @@ func (l *Ledger) observeOn(uid types.UID, bound *Holding, over *[]Overbooking) (
 	}
 	return true, true
 }
+
+// testHookObserveRecord, when set by a test, runs in observeOn between its
+// check that the pod holds nothing and its record: where a Reserve of the
+// pod on another node can slip in.
+var testHookObserveRecord func(uid types.UID)
 
 // swap replaces the pod's holding cur on node n with next, unless cur is no
 // longer the pod's holding. A holding is swapped, never changed in place,

@@ -650,3 +650,40 @@ func TestConcurrentReserveRelease(t *testing.T) {
 		}
 	}
 }
+
+// A Reserve of the pod on another node that records between Observe's
+// check (the pod holds nothing) and its record must not win: the API holds
+// the pod bound on n1, so the ledger ends with it bound there and n2's
+// card free. Before the fix Observe counted that as settled and left the
+// pod assumed on n2, with n1's card under-counted.
+func TestObserveWinsOverReserveBetweenCheckAndRecord(t *testing.T) {
+	l := New(0)
+	l.SetNode("n1", inventory(cards(1, 32)...), "", true)
+	l.SetNode("n2", inventory(cards(1, 32)...), "", true)
+	uid := types.UID("pod")
+	once := false
+	testHookObserveRecord = func(types.UID) {
+		if once {
+			return
+		}
+		once = true
+		if _, err := l.Reserve(uid, "n2", online, func(Node) ([]protocol.Slice, error) {
+			return []protocol.Slice{slice(0, 1, 0)}, nil
+		}); err != nil {
+			t.Errorf("Reserve on n2 inside the window: %v", err)
+		}
+	}
+	t.Cleanup(func() { testHookObserveRecord = nil })
+	if !l.Observe(uid, Holding{Node: "n1", Class: online, Slices: []protocol.Slice{slice(0, 1, 0)}}) {
+		t.Errorf("Observe reported no change")
+	}
+	h, ok := l.Holding(uid)
+	if !ok || h.Node != "n1" || !h.Bound {
+		t.Fatalf("holding %+v (held %v), want bound on n1", h, ok)
+	}
+	for node, want := range map[string]int{"n1": 1, "n2": 0} {
+		if c := copyNode(t, l, node).Cards[0]; c.Pods() != want {
+			t.Errorf("%s card holds %d pods, want %d", node, c.Pods(), want)
+		}
+	}
+}
