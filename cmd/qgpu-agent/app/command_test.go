@@ -120,7 +120,7 @@ func TestManifestArgsParse(t *testing.T) {
 		"chaos":    {"--reconcile-interval=1s", "--health-interval=300ms", "--fake-health-file=/tmp/health"},
 		"e2e-node": {"--dbfile=/var/lib/qgpu/meta.db", "--backend=env", "--fake-cards=2xT4", "--device-root=/tmp/e2e-dev"},
 	}
-	for _, file := range []string{"../../../manifests/agent/daemonset.yaml", "../../../manifests/overlays/colocation/agent-colocation.yaml"} {
+	for _, file := range []string{"../../../manifests/agent/daemonset/daemonset.yaml"} { // the colocation agent patches only hostPID and a volume
 		cases[file] = agentArgs(t, file)
 	}
 	for name, args := range cases {
