@@ -18,20 +18,31 @@ func TestScoreStash(t *testing.T) {
 	if size < 4*feasibleToFind(len(nis)) {
 		t.Fatalf("%d slots for %d nodes to find", size, feasibleToFind(len(nis)))
 	}
-	putConcurrently(&st, nis, func(i int) int64 { return int64(i) })
-	stashed := 0
-	for i, ni := range nis {
-		score, ok := st.get(ni)
-		if ok && score != int64(i) {
-			t.Fatalf("node %d reads score %d", i, score)
+	// The nodes a cycle looks for (780) nearly all find room: the table
+	// is sized four times that. More nodes than that (all 3000, a load
+	// factor of 0.73) still read only their own score, and most find
+	// room; how many depends on the NodeInfos' addresses (the hash's
+	// key), so only a loose bound is asserted there.
+	for _, c := range []struct {
+		nodes int
+		min   float64
+	}{{feasibleToFind(len(nis)), 0.99}, {len(nis), 0.5}} {
+		st.reset(len(nis))
+		some := nis[:c.nodes]
+		putConcurrently(&st, some, func(i int) int64 { return int64(i) })
+		stashed := 0
+		for i, ni := range some {
+			score, ok := st.get(ni)
+			if ok && score != int64(i) {
+				t.Fatalf("%d nodes: node %d reads score %d", c.nodes, i, score)
+			}
+			if ok {
+				stashed++
+			}
 		}
-		if ok {
-			stashed++
+		if float64(stashed) < c.min*float64(c.nodes) {
+			t.Errorf("%d of %d nodes stashed in %d slots, want at least %.0f%%", stashed, c.nodes, size, 100*c.min)
 		}
-	}
-	// 3000 nodes in 4096 slots with 8 probes: nearly all find room.
-	if stashed < len(nis)*9/10 {
-		t.Errorf("%d of %d nodes stashed", stashed, len(nis))
 	}
 	st.reset(len(nis))
 	for i, ni := range nis {

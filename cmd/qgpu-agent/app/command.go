@@ -128,7 +128,7 @@ through an enforcement backend.`,
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
 	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
-	cmd.AddCommand(newMPSCommand())
+	cmd.AddCommand(newMPSCommand(), newUninstallCommand(stdout))
 	return cmd
 }
 

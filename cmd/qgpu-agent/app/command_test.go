@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,5 +284,33 @@ func TestMPSCommandArgs(t *testing.T) {
 	root, _, err := newCommand(newOptions(), &bytes.Buffer{}).Find([]string{"mps-control-daemon"})
 	if err != nil || root.Name() != "mps-control-daemon" {
 		t.Errorf("qgpu-agent mps-control-daemon: %v %v", root, err)
+	}
+}
+
+// The args of manifests/uninstall's DaemonSet are `qgpu-agent uninstall`
+// and flags that subcommand accepts, with the agent's paths.
+func TestUninstallManifestArgsParse(t *testing.T) {
+	raw, err := os.ReadFile("../../../manifests/uninstall/daemonset.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds appsv1.DaemonSet
+	if err := yaml.Unmarshal(raw, &ds); err != nil {
+		t.Fatal(err)
+	}
+	args := ds.Spec.Template.Spec.Containers[0].Args
+	if len(args) < 2 || args[0] != "uninstall" {
+		t.Fatalf("args %q, want the uninstall subcommand first", args)
+	}
+	cmd := newUninstallCommand(io.Discard)
+	if err := cmd.ParseFlags(args[1:]); err != nil {
+		t.Fatalf("%q: %v", args, err)
+	}
+	agent := agentArgs(t, "../../../manifests/agent/daemonset/daemonset.yaml")
+	for _, f := range []string{"dbfile", "hami-region-root"} {
+		v, _ := cmd.Flags().GetString(f)
+		if !slices.Contains(agent, "--"+f+"="+v) {
+			t.Errorf("uninstall's --%s=%s is not the agent's (%q)", f, v, agent)
+		}
 	}
 }
