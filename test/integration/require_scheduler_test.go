@@ -106,6 +106,8 @@ func TestRequireSchedulerPolicy(t *testing.T) {
 		{"no schedulerName", sched(general("nosched", 4, 30), ""), noScheduler},
 		{"another scheduler", sched(general("volcano", 4, 30), "volcano"), `pod asks for qGPU resources but spec.schedulerName is "volcano"`},
 		{"vcuda without schedulerName", sched(res("vcuda", map[string]int64{"nvidia.com/vcuda-core": 20, "nvidia.com/vcuda-memory": 4}), ""), noScheduler},
+		{"hami pod of HAMi's scheduler", sched(res("hami-own", map[string]int64{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}), "hami-scheduler"), ""},
+		{"vcuda pod of another scheduler", sched(res("vcuda-volcano", map[string]int64{"nvidia.com/vcuda-core": 20, "nvidia.com/vcuda-memory": 4}), "volcano"), ""},
 		{"hami without schedulerName", sched(res("hami", map[string]int64{"nvidia.com/gpu": 1, "nvidia.com/gpumem": 3000}), ""), noScheduler},
 		{"t9k init container without schedulerName", sched(withInit(builders.GPUPod("t9k").Container("c", nil).Obj(),
 			map[string]int64{"tensorstack.dev/nvidia-gpu": 1}), ""), noScheduler},
