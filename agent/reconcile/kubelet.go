@@ -81,8 +81,14 @@ func (r *Reconciler) compareKubelet(ctx context.Context, alive map[string]*v1.Po
 }
 
 // kubeletHolders are the (container, resource) device sets the kubelet
-// lists on the alive pods, less the devices that may be an old pod's of
-// the same name (allocate.OwnDevice).
+// lists on the alive pods whose devices are all the container's own
+// (allocate.OwnDevice). A set with any device that may not be (an old
+// pod's of the same name, or not recorded while the container has not
+// started) is left out whole, not judged by the rest: the rest could match
+// another pod's record exactly and move it onto a container that asked for
+// something else (a chaos run saw a 1 GiB record moved onto a 3 GiB
+// container whose other two devices were not yet recorded). It is judged
+// again on a later pass, once its devices are recorded or it has started.
 func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Pod, grants []store.Grant) ([]holder, error) {
 	list, err := r.PodResources.List(ctx)
 	if err != nil {
@@ -106,11 +112,11 @@ func (r *Reconciler) kubeletHolders(ctx context.Context, alive map[string]*v1.Po
 		}
 		for _, c := range pr.Containers {
 			for _, h := range containerHolders(pod, c) {
-				h.devices = slices.DeleteFunc(h.devices, func(id string) bool {
+				own := !slices.ContainsFunc(h.devices, func(id string) bool {
 					g, ok := recorded[h.resource+"/"+id]
 					return !allocate.OwnDevice(pod, h.container, g, ok)
 				})
-				if len(h.devices) > 0 {
+				if own {
 					out = append(out, h)
 				}
 			}

@@ -323,3 +323,43 @@ func TestOldPodOfTheSameNameNotInherited(t *testing.T) {
 		s.Close()
 	}
 }
+
+// A container that has not started lists, among its devices, one that the
+// store records for another pod and others not yet recorded: the
+// reconciler moves nothing. Judged by the one recorded device alone, that
+// other pod's 1 GiB record matched exactly and was moved onto this 3 GiB
+// container (seen in make chaos, kubelet-api-faults: its grant named the
+// other pod's card with its own cores, 122 cores on that card).
+func TestPartlyRecordedDevicesMoveNothing(t *testing.T) {
+	ctx := context.Background()
+	for _, bigRecorded := range []bool{true, false} {
+		s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		small, aSmall := pod("small", 1, 20, 0)
+		big, aBig := pod("big", 3, 31, 1)
+		big.Status = v1.PodStatus{Phase: v1.PodPending}
+		grantBoth(t, s, small, aSmall, "small")
+		if bigRecorded {
+			grantBoth(t, s, big, aBig, "big")
+		}
+		listed := holds(big, "fresh", 3)
+		listed.Containers[0].Devices[0].DeviceIds = []string{"small-" + protocol.ResourceMemory + "-0"}
+		client := fake.NewClientset(small, big)
+		r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node),
+			PodResources: fakeKubelet{listed}}
+		res, err := r.Once(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, ok, _ := s.Get(string(small.UID), "main", protocol.ResourceMemory)
+		if res.Moved != 0 || !ok || g.PodUID != string(small.UID) {
+			t.Errorf("big recorded %v: %+v; small's memory record %+v (held %v), want it left with small", bigRecorded, res, g, ok)
+		}
+		if g, ok, _ := s.Get(string(big.UID), "main", protocol.ResourceMemory); ok && g.Slices[0].Index != 1 {
+			t.Errorf("big recorded %v: big's memory record names card %d, want its own card 1", bigRecorded, g.Slices[0].Index)
+		}
+		s.Close()
+	}
+}

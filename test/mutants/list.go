@@ -47,6 +47,7 @@ var mutants = []mutant{
 	{File: "agent/allocate/match.go", Old: "if a.PodUID != string(pod.UID) {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this pod"},
 	{File: "agent/allocate/match.go", Old: "if a.Node != node || pod.Spec.NodeName != node {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this node"},
 	{File: "agent/reconcile/reconcile.go", Old: "if p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {\n\t\t\tbyUID", New: "if true {\n\t\t\tbyUID", Pkgs: reconcile, Why: "reconcile: records of terminal pods dropped"},
+	{File: "agent/reconcile/kubelet.go", Old: "own := !slices.ContainsFunc(h.devices,", New: "own := true || !slices.ContainsFunc(h.devices,", Pkgs: reconcile, Why: "reconcile: a container whose listed devices are not all its own is not judged (no move by a subset)"},
 
 	// A kubelet or an Allocate call that answers late or not at all
 	// (agent/allocate/README.md, "When the kubelet does not answer").
