@@ -126,10 +126,10 @@ func systemOverrides(o options) string {
 	return fmt.Sprintf(`images:
 - name: ghcr.io/qgpu-scheduler/qgpu-scheduler
   newName: %[1]s/qgpu-scheduler
-  newTag: %[2]s
+  newTag: %[2]q
 - name: ghcr.io/qgpu-scheduler/qgpu-agent
   newName: %[1]s/qgpu-agent
-  newTag: %[2]s
+  newTag: %[2]q
 # The node has no GPU: the agents and the MPS control daemon run on fake
 # cards; the agents see the device nodes the e2e program created under %[3]s.
 patches:
@@ -159,7 +159,7 @@ func examplesOverrides(o options) string {
 	return fmt.Sprintf(`images:
 - name: registry.k8s.io/pause
   newName: %s/probe
-  newTag: %s
+  newTag: %q
 `, o.repo, o.version)
 }
 
