@@ -9,6 +9,7 @@ package agent
 import (
 	"context"
 	"net"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -131,7 +132,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	go driver.WatchHealth(ctx, a.cfg.HealthInterval, a.onHealth(ctx))
 	pluginErr := make(chan error, 1)
 	go func() { pluginErr <- plugins.Run(ctx, true) }()
-	go a.reconciler(podSource).Run(ctx, a.cfg.ReconcileInterval)
+	go a.reconciler(podSource, alloc.Exclusive()).Run(ctx, a.cfg.ReconcileInterval)
 
 	// Beside the pods: sidecars, online/offline priority, HAMi-core upkeep.
 	a.startSidecars(ctx, podSource)
@@ -195,9 +196,9 @@ func (a *agent) enforcement(ctx context.Context, delivery *enforce.Delivery) (*n
 	return nodeCfg, nil
 }
 
-func (a *agent) reconciler(podSource allocate.PodSource) *reconcile.Reconciler {
+func (a *agent) reconciler(podSource allocate.PodSource, exclusive sync.Locker) *reconcile.Reconciler {
 	rec := &reconcile.Reconciler{Node: a.cfg.NodeName, Client: a.cfg.Client, Store: a.store, Pods: podSource,
-		Recorder: a.recorder, OnChange: a.refreshMetrics}
+		Recorder: a.recorder, OnChange: a.refreshMetrics, Exclusive: exclusive}
 	if a.cfg.PodResourcesSocket != "" {
 		// A transient refusal (the kubelet's rate limit) is asked again; one
 		// that lasts skips the comparison for this pass only.

@@ -67,6 +67,15 @@ type Allocator struct {
 	mu sync.Mutex
 }
 
+// Exclusive is held through every call, from reading the records and the
+// kubelet's list to writing the grant: whoever else corrects records
+// against the kubelet (the reconciler) holds it too, so that the records
+// and the kubelet's list it compares are of one instant. A record is
+// written before its answer, and the kubelet lists devices only after the
+// answer; between a record read and a later list, a call answered in
+// between shows devices whose record the read missed.
+func (a *Allocator) Exclusive() sync.Locker { return &a.mu }
+
 // Allocate answers one container's request for deviceIDs of resource.
 // The call goes, in this order of evidence (README: "Which container is
 // this call for"), to the container the kubelet is admitting (Match), to a

@@ -28,6 +28,10 @@ type holder struct {
 // devices. It happens when two pods with identical requests are admitted in
 // another order than the agent matched them (allocate/README.md).
 func (r *Reconciler) compareKubelet(ctx context.Context, alive map[string]*v1.Pod, res *Result) error {
+	if r.Exclusive != nil {
+		r.Exclusive.Lock()
+		defer r.Exclusive.Unlock()
+	}
 	grants, err := r.Store.List()
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -40,7 +41,14 @@ type Reconciler struct {
 	Store        *store.Store
 	Pods         allocate.PodSource
 	PodResources podresources.Lister // nil: skip the kubelet comparison
-	Recorder     record.EventRecorder
+	// Exclusive, when set, is held while the records are read, compared
+	// with the kubelet's list and corrected: the Allocator's
+	// (Allocator.Exclusive), so no call is answered and recorded in
+	// between. Without it a record written after the read but listed by
+	// the kubelet was missed, and a stale record of equal devices moved
+	// over it (docs/reliability.md, History of 2026-11-27).
+	Exclusive sync.Locker
+	Recorder  record.EventRecorder
 	// OnChange runs after every pass (metrics refresh).
 	OnChange func()
 }
@@ -73,6 +81,7 @@ func (r *Reconciler) Once(ctx context.Context) (Result, error) {
 	if r.OnChange != nil {
 		defer r.OnChange()
 	}
+	listedAt := time.Now()
 	pods, err := r.Pods.Fresh(ctx)
 	if err != nil {
 		return res, err
@@ -83,7 +92,7 @@ func (r *Reconciler) Once(ctx context.Context) (Result, error) {
 			byUID[string(p.UID)] = p
 		}
 	}
-	if res.Dropped, err = r.dropGone(byUID); err != nil {
+	if res.Dropped, err = r.dropGone(byUID, listedAt); err != nil {
 		return res, err
 	}
 	// Without the kubelet's answer the records cannot be compared with what
@@ -98,7 +107,12 @@ func (r *Reconciler) Once(ctx context.Context) (Result, error) {
 	return res, errors.Join(kubeletErr, r.writeGrants(ctx, byUID, &res))
 }
 
-func (r *Reconciler) dropGone(alive map[string]*v1.Pod) (int, error) {
+// dropGone deletes the records of pods that are not alive in the list
+// taken at listedAt. A record granted after that is not judged by it: its
+// pod was bound after the list was read (a pod is bound before the
+// kubelet asks for its devices), and dropping it would hand its slice out
+// again.
+func (r *Reconciler) dropGone(alive map[string]*v1.Pod, listedAt time.Time) (int, error) {
 	grants, err := r.Store.List()
 	if err != nil {
 		return 0, err
@@ -106,7 +120,7 @@ func (r *Reconciler) dropGone(alive map[string]*v1.Pod) (int, error) {
 	n := 0
 	done := map[string]bool{}
 	for _, g := range grants {
-		if alive[g.PodUID] != nil || done[g.PodUID] {
+		if alive[g.PodUID] != nil || done[g.PodUID] || !g.GrantedAt.Before(listedAt) {
 			continue
 		}
 		done[g.PodUID] = true

@@ -54,6 +54,13 @@ func pod(name string, mem, cores int64, card int) (*v1.Pod, *protocol.Assignment
 // grantBoth records memory and core grants as Allocate would, with device IDs prefix-mem-i / prefix-core-i.
 func grantBoth(t *testing.T, s *store.Store, p *v1.Pod, a *protocol.Assignment, prefix string) {
 	t.Helper()
+	if err := putBoth(s, p, a, prefix); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// putBoth is grantBoth for goroutines other than the test's.
+func putBoth(s *store.Store, p *v1.Pod, a *protocol.Assignment, prefix string) error {
 	c := a.Containers[0]
 	for _, r := range []string{protocol.ResourceMemory, protocol.ResourceCore} {
 		n := allocate.Amount(a.Class, c, r)
@@ -64,9 +71,10 @@ func grantBoth(t *testing.T, s *store.Store, p *v1.Pod, a *protocol.Assignment, 
 		g := store.Grant{PodUID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Container: "main", Resource: r,
 			DeviceIDs: ids, Amount: n, Class: a.Class, Slices: c.Slices, GrantedAt: time.Now()}
 		if err := s.Put(g); err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 type fakeKubelet []*podresourcesapi.PodResources
@@ -361,5 +369,142 @@ func TestPartlyRecordedDevicesMoveNothing(t *testing.T) {
 			t.Errorf("big recorded %v: big's memory record names card %d, want its own card 1", bigRecorded, g.Slices[0].Index)
 		}
 		s.Close()
+	}
+}
+
+// racingKubelet is a kubelet whose List meets an Allocate call: when asked,
+// it lets answer run (the agent answering a call: the record written, then
+// the answer), waits up to 200 ms for it, and lists the answered
+// container's devices only if its record is there by then (the kubelet
+// lists devices only once it has the answer, which follows the record).
+type racingKubelet struct {
+	listed []*podresourcesapi.PodResources
+	late   *podresourcesapi.PodResources // listed once answer has run
+	answer func() bool                   // runs the call; reports whether it was recorded
+}
+
+func (k racingKubelet) List(context.Context) ([]*podresourcesapi.PodResources, error) {
+	done := make(chan bool, 1)
+	go func() { done <- k.answer() }()
+	select {
+	case ok := <-done:
+		if ok {
+			return append(k.listed, k.late), nil
+		}
+	case <-time.After(200 * time.Millisecond):
+	}
+	return k.listed, nil
+}
+
+// A pod deleted from the kubelet (its devices freed) whose record the
+// agent has not dropped yet, and a new pod of the same size answered with
+// those very device IDs while the reconciler compares: the new pod's
+// record, written after the reconciler read the store and listed by the
+// kubelet after, was taken for missing, and the stale record of equal
+// devices moved over it, with its card (make chaos, topology, 2026-11-27:
+// p-00225 assigned card 2, its grant naming card 1 with its own 2 GiB and
+// 9 cores). Holding the Allocator's lock, the reconciler sees the record
+// and the kubelet's list of one instant.
+func TestRecordAnsweredDuringComparisonKept(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	gone, aGone := pod("gone", 2, 9, 1)
+	grantBoth(t, s, gone, aGone, "freed") // the kubelet freed these IDs
+	fresh, aFresh := pod("fresh", 2, 9, 2)
+	fresh.Status = v1.PodStatus{Phase: v1.PodPending}
+	// gone is still in the API when the pass lists pods; the kubelet no
+	// longer lists it.
+	client := fake.NewClientset(gone, fresh)
+	lock := (&allocate.Allocator{}).Exclusive()
+	answer := func() bool {
+		lock.Lock()
+		defer lock.Unlock()
+		return putBoth(s, fresh, aFresh, "freed") == nil
+	}
+	r := &Reconciler{Node: node, Client: client, Store: s, Pods: pods.New(client, node), Exclusive: lock,
+		PodResources: racingKubelet{late: holds(fresh, "freed", 2), answer: answer}}
+	res, err := r.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, resource := range []string{protocol.ResourceMemory, protocol.ResourceCore} {
+		waitFor(t, func() bool { _, ok, _ := s.Get(string(fresh.UID), "main", resource); return ok })
+		g, _, _ := s.Get(string(fresh.UID), "main", resource)
+		if g.Slices[0].Index != 2 {
+			t.Errorf("fresh's %s record names card %d, want its own card 2 (result %+v)", resource, g.Slices[0].Index, res)
+		}
+	}
+	// The next pass, the stale record's pod gone from the API, leaves it so.
+	if err := client.CoreV1().Pods(gone.Namespace).Delete(ctx, gone.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.PodResources = fakeKubelet{holds(fresh, "freed", 2)}
+	if res, err = r.Once(ctx); err != nil || res.Moved != 0 {
+		t.Fatalf("second pass: %+v, %v", res, err)
+	}
+	if g, _, _ := s.Get(string(fresh.UID), "main", protocol.ResourceMemory); g.Slices[0].Index != 2 {
+		t.Errorf("after the second pass fresh's memory record names card %d, want 2", g.Slices[0].Index)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatal("condition not met in 5 s")
+}
+
+// lateBinding is a pod source whose Fresh list is read before a pod is
+// bound; the pod is then admitted and recorded before the pass reads the
+// store.
+type lateBinding struct {
+	pods   []*v1.Pod
+	admit  func()
+	called bool
+}
+
+func (l *lateBinding) Cached() ([]*v1.Pod, error) { return l.pods, nil }
+
+func (l *lateBinding) Fresh(context.Context) ([]*v1.Pod, error) {
+	if !l.called {
+		l.called = true
+		defer l.admit()
+	}
+	return l.pods, nil
+}
+
+// A pod bound after the pass listed the pods, and granted before it read
+// the records, is not in the list but alive: its record stays. Dropped, its
+// slice counted for nothing on the card until a later pass recovered it
+// from the kubelet's list, and the capacity check let another container
+// onto it meanwhile.
+func TestRecordNewerThanThePodListKept(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	late, aLate := pod("late", 2, 9, 0)
+	gone, aGone := pod("gone", 1, 5, 1)
+	grantBoth(t, s, gone, aGone, "gone")
+	src := &lateBinding{admit: func() {
+		time.Sleep(time.Millisecond) // after the list, on any clock resolution
+		grantBoth(t, s, late, aLate, "late")
+	}}
+	r := &Reconciler{Node: node, Client: fake.NewClientset(), Store: s, Pods: src}
+	res, err := r.Once(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := s.Get(string(late.UID), "main", protocol.ResourceMemory); !ok || res.Dropped != 2 {
+		t.Errorf("late's record kept %v, dropped %d (want kept, and gone's 2 records dropped)", ok, res.Dropped)
 	}
 }

@@ -9,6 +9,7 @@ var (
 	reconcile = []string{"./agent/reconcile"}
 	podres    = []string{"./agent/podresources"}
 	observer  = []string{"./test/chaos"}
+	agentPkg  = []string{"./agent"}
 )
 
 // mutants are the lines that keep a card from being oversubscribed, or let
@@ -47,6 +48,9 @@ var mutants = []mutant{
 	{File: "agent/allocate/match.go", Old: "if a.PodUID != string(pod.UID) {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this pod"},
 	{File: "agent/allocate/match.go", Old: "if a.Node != node || pod.Spec.NodeName != node {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this node"},
 	{File: "agent/reconcile/reconcile.go", Old: "if p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {\n\t\t\tbyUID", New: "if true {\n\t\t\tbyUID", Pkgs: reconcile, Why: "reconcile: records of terminal pods dropped"},
+	{File: "agent/reconcile/kubelet.go", Old: "\tif r.Exclusive != nil {\n\t\tr.Exclusive.Lock()", New: "\tif false {\n\t\tr.Exclusive.Lock()", Pkgs: reconcile, Why: "reconcile: records and the kubelet's list compared at one instant (the Allocator's lock)"},
+	{File: "agent/reconcile/reconcile.go", Old: "|| !g.GrantedAt.Before(listedAt) {", New: "{", Pkgs: reconcile, Why: "reconcile: a record newer than the pod list is not dropped"},
+	{File: "agent/agent.go", Old: "Exclusive: exclusive}", New: "}", Pkgs: agentPkg, Why: "agent: the reconciler holds the Allocator's lock"},
 	{File: "agent/reconcile/kubelet.go", Old: "own := !slices.ContainsFunc(h.devices,", New: "own := true || !slices.ContainsFunc(h.devices,", Pkgs: reconcile, Why: "reconcile: a container whose listed devices are not all its own is not judged (no move by a subset)"},
 
 	// A kubelet or an Allocate call that answers late or not at all
