@@ -148,8 +148,9 @@ krew:
 	done
 	$(GO) run ./hack/krew --manifest hack/krew/qgpu.yaml --version $(VERSION) --bin-dir _output/krew/bin --out _output/krew
 
-# Regenerates manifests/scheduler/configmap.yaml from config/qgpu-scheduler.yaml
-# (TestManifestsConfigMapFresh fails while it is stale).
+# Copies config/qgpu-scheduler.yaml to manifests/scheduler/config.yaml (the
+# scheduler kustomization generates its hashed ConfigMap from it)
+# (TestManifestsConfigFresh fails while it is stale).
 manifests:
 	hack/gen-manifests.sh
 

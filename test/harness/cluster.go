@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"sigs.k8s.io/yaml"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -36,7 +35,7 @@ type ClusterOptions struct {
 	Admission bool
 	// Profile is a scheduler profile such as config/qgpu-scheduler-spread.yaml
 	// (the profiles keep their lease in qgpu-system, where the RBAC grants it).
-	// Empty: the config of the generated manifests/scheduler/configmap.yaml,
+	// Empty: the config the manifests deploy (manifests/scheduler/config.yaml),
 	// i.e. what a real deployment runs.
 	Profile string
 	// Dir receives everything: controlplane/, kubeconfig, scheduler.log,
@@ -207,23 +206,15 @@ func schedulerConfig(profile string) ([]byte, error) {
 		}
 		return b, nil
 	}
-	p, err := repoPath("manifests/scheduler/configmap.yaml")
+	p, err := repoPath("manifests/scheduler/config.yaml")
 	if err != nil {
 		return nil, err
 	}
 	b, err := os.ReadFile(p)
 	if err != nil {
-		return nil, fmt.Errorf("reading scheduler ConfigMap: %w", err)
+		return nil, fmt.Errorf("reading the scheduler's configuration: %w", err)
 	}
-	var cm corev1.ConfigMap
-	if err := yaml.UnmarshalStrict(b, &cm); err != nil {
-		return nil, fmt.Errorf("decoding %s: %w", p, err)
-	}
-	config := cm.Data["config.yaml"]
-	if config == "" {
-		return nil, fmt.Errorf("%s has no config.yaml", p)
-	}
-	return []byte(config), nil
+	return b, nil
 }
 
 // startNodes starts one hollow node per spec, each with its agent on fake cards.

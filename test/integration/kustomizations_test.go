@@ -117,6 +117,106 @@ func TestKustomizations(t *testing.T) {
 		}
 	})
 	t.Run("images set in manifests/images reach every workload", func(t *testing.T) { checkImagesReach(t, root) })
+	t.Run("scheduler configuration named by its hash", func(t *testing.T) {
+		shipped := checkConfigHashed(t, "manifests")
+		checkConfigOverlay(t, root, shipped)
+	})
+	t.Run("common labels", func(t *testing.T) {
+		for _, dir := range []string{"manifests", "manifests/overlays/colocation", "manifests/monitoring", "manifests/uninstall"} {
+			checkCommonLabels(t, dir)
+		}
+	})
+}
+
+// checkConfigHashed: the scheduler's ConfigMap is generated with a hash
+// suffix (a changed configuration is a new ConfigMap, and the Deployment
+// mounting it rolls), and the Deployment mounts that very name. It
+// returns the ConfigMap's name and its config.yaml.
+func checkConfigHashed(t *testing.T, dir string) [2]string {
+	objs, err := harness.ReadManifests(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var config, data, mounted string
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "ConfigMap" && strings.HasPrefix(o.GetName(), "qgpu-scheduler-config"):
+			if config != "" {
+				t.Errorf("%s: two scheduler ConfigMaps, %s and %s", dir, config, o.GetName())
+			}
+			config = o.GetName()
+			data, _, _ = unstructured.NestedString(o.Object, "data", "config.yaml")
+		case o.GetKind() == "Deployment" && o.GetName() == "qgpu-scheduler":
+			vols, _, _ := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "volumes")
+			for _, v := range vols {
+				if name, ok, _ := unstructured.NestedString(v.(map[string]any), "configMap", "name"); ok {
+					mounted = name
+				}
+			}
+		}
+	}
+	if !strings.HasPrefix(config, "qgpu-scheduler-config-") || mounted != config {
+		t.Errorf("%s: scheduler ConfigMap %q, mounted %q: want qgpu-scheduler-config-<hash>, mounted by the Deployment", dir, config, mounted)
+	}
+	return [2]string{config, data}
+}
+
+// checkConfigOverlay renders the overlay docs/install.md gives for a
+// configuration of one's own, as written there, beside a copy of
+// manifests/: the configuration is the overlay's, under a new name, and
+// the Deployment mounts it.
+func checkConfigOverlay(t *testing.T, root string, shipped [2]string) {
+	doc, err := os.ReadFile(filepath.Join(root, "docs/install.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(doc), "\n## Scheduler configuration\n")
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	block, _, _ = strings.Cut(block, "```")
+	if !ok || !strings.Contains(block, "behavior: replace") {
+		t.Fatalf("docs/install.md: no overlay under \"Scheduler configuration\" (got %q)", block)
+	}
+	tmp := t.TempDir()
+	if err := os.CopyFS(filepath.Join(tmp, "manifests"), os.DirFS(filepath.Join(root, "manifests"))); err != nil {
+		t.Fatal(err)
+	}
+	mine := strings.Replace(shipped[1], "maxPodsPerCard: 0", "maxPodsPerCard: 7", 1)
+	if mine == shipped[1] {
+		t.Fatal("the shipped configuration has no \"maxPodsPerCard: 0\" to change")
+	}
+	for name, text := range map[string]string{"kustomization.yaml": block, "config.yaml": mine} {
+		if err := os.MkdirAll(filepath.Join(tmp, "my-qgpu"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, "my-qgpu", name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := checkConfigHashed(t, filepath.Join(tmp, "my-qgpu"))
+	if got[1] != mine || got[0] == shipped[0] {
+		t.Errorf("the overlay of docs/install.md rendered ConfigMap %s (shipped %s) with the overlay's configuration %v", got[0], shipped[0], got[1] == mine)
+	}
+}
+
+// checkCommonLabels: every object of dir carries app.kubernetes.io/part-of,
+// and every workload's pods carry it and an app.kubernetes.io/name.
+func checkCommonLabels(t *testing.T, dir string) {
+	objs, err := harness.ReadManifests(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetLabels()["app.kubernetes.io/part-of"] != "qgpu-scheduler" {
+			t.Errorf("%s: %s %s has no app.kubernetes.io/part-of=qgpu-scheduler (labels %v)", dir, o.GetKind(), o.GetName(), o.GetLabels())
+		}
+		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
+			continue
+		}
+		pod, _, _ := unstructured.NestedStringMap(o.Object, "spec", "template", "metadata", "labels")
+		if pod["app.kubernetes.io/part-of"] == "" || pod["app.kubernetes.io/name"] == "" {
+			t.Errorf("%s: %s %s: its pods' labels %v lack app.kubernetes.io/part-of or app.kubernetes.io/name", dir, o.GetKind(), o.GetName(), pod)
+		}
+	}
 }
 
 // checkWorkload: a Deployment's or DaemonSet's selector selects its

@@ -71,11 +71,11 @@ func TestManifestsDryRun(t *testing.T) {
 	})
 }
 
-// TestManifestsConfigMapFresh fails when manifests/scheduler/configmap.yaml
+// TestManifestsConfigFresh fails when manifests/scheduler/config.yaml
 // is not what hack/gen-manifests.sh makes of config/qgpu-scheduler.yaml.
-func TestManifestsConfigMapFresh(t *testing.T) {
+func TestManifestsConfigFresh(t *testing.T) {
 	root := repoRoot(t)
-	committed := filepath.Join(root, "manifests/scheduler/configmap.yaml")
+	committed := filepath.Join(root, "manifests/scheduler/config.yaml")
 	want, err := os.ReadFile(committed)
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +100,7 @@ func TestManifestsConfigMapFresh(t *testing.T) {
 	if out, err := exec.Command(filepath.Join(tmp, "hack/gen-manifests.sh")).CombinedOutput(); err != nil {
 		t.Fatalf("hack/gen-manifests.sh: %v\n%s", err, out)
 	}
-	got, err := os.ReadFile(filepath.Join(tmp, "manifests/scheduler/configmap.yaml"))
+	got, err := os.ReadFile(filepath.Join(tmp, "manifests/scheduler/config.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
