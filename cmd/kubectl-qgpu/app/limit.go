@@ -9,12 +9,19 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// DefaultSchedulerConfig is the ConfigMap manifests/scheduler ships the
-// scheduler's KubeSchedulerConfiguration in, and its key.
+// DefaultSchedulerConfig names the scheduler's configuration as
+// manifests/scheduler ships it: the ConfigMap is generated with a hash
+// suffix (qgpu-scheduler-config-<hash>), so with this default the one the
+// scheduler's Deployment mounts is read (schedulerConfigMapName); the
+// name itself is read only where that cannot be found (installs of
+// before). Any other value is read as written.
 const (
 	DefaultSchedulerConfig = "qgpu-system/qgpu-scheduler-config"
 	schedulerConfigKey     = "config.yaml"
 	pluginName             = "QGPU"
+	// schedulerDeployment is the Deployment of manifests/scheduler, in the
+	// namespace of DefaultSchedulerConfig.
+	schedulerDeployment = "qgpu-scheduler"
 )
 
 // schedulerConfig is the part of a KubeSchedulerConfiguration that sets
@@ -69,6 +76,11 @@ func (s *source) maxPodsPerCard(ctx context.Context, ref string) (int, error) {
 	if !ok || ns == "" || name == "" {
 		return 0, fmt.Errorf("--scheduler-config: invalid value %q: want namespace/name", ref)
 	}
+	if ref == DefaultSchedulerConfig {
+		if mounted := s.schedulerConfigMapName(ctx, ns, name); mounted != "" {
+			name, ref = mounted, ns+"/"+mounted
+		}
+	}
 	cm, err := s.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		s.warn("pods per card: the default rule (card GiB / 4): reading ConfigMap %s: %v", ref, err)
@@ -83,4 +95,21 @@ func (s *source) maxPodsPerCard(ctx context.Context, ref string) (int, error) {
 		return 0, fmt.Errorf("ConfigMap %s: %w", ref, err)
 	}
 	return n, nil
+}
+
+// schedulerConfigMapName is the ConfigMap of the scheduler Deployment's
+// volumes whose name is prefix or prefix-<hash>: the configuration the
+// running scheduler reads. "" when the Deployment cannot be read (a user
+// without the right: the caller then reads prefix itself) or mounts none.
+func (s *source) schedulerConfigMapName(ctx context.Context, ns, prefix string) string {
+	d, err := s.client.AppsV1().Deployments(ns).Get(ctx, schedulerDeployment, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if cm := v.ConfigMap; cm != nil && (cm.Name == prefix || strings.HasPrefix(cm.Name, prefix+"-")) {
+			return cm.Name
+		}
+	}
+	return ""
 }
