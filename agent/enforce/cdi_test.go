@@ -56,6 +56,12 @@ var podEnv = []string{"NVIDIA_VISIBLE_DEVICES=all", "QGPU_MEMORY_GIB=999", "CUDA
 // podEnv, as the runtime does (the pod's environment first, then CDI).
 func inject(t *testing.T, specs *CDISpecs, static string, names []string) *oci.Spec {
 	t.Helper()
+	return injectOver(t, specs, static, names, podEnv)
+}
+
+// injectOver is inject over another pod environment.
+func injectOver(t *testing.T, specs *CDISpecs, static string, names, env []string) *oci.Spec {
+	t.Helper()
 	cache, err := cdi.NewCache(cdi.WithSpecDirs(static, specs.Dir()), cdi.WithAutoRefresh(false))
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +69,7 @@ func inject(t *testing.T, specs *CDISpecs, static string, names []string) *oci.S
 	for path, errs := range cache.GetErrors() {
 		t.Errorf("CDI spec %s: %v", path, errs)
 	}
-	s := &oci.Spec{Process: &oci.Process{Env: append([]string(nil), podEnv...)}, Linux: &oci.Linux{}}
+	s := &oci.Spec{Process: &oci.Process{Env: append([]string(nil), env...)}, Linux: &oci.Linux{}}
 	if unresolved, err := cache.InjectDevices(s, names...); err != nil {
 		t.Fatalf("injecting %v: %v (unresolved %v)", names, err, unresolved)
 	}

@@ -95,9 +95,8 @@ func (h *HAMiCore) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, 
 			return nil, err
 		}
 		resp.Mounts = mounts
-		for i, s := range req.Slices {
-			// i is the CUDA ordinal inside the container: the order of NVIDIA_VISIBLE_DEVICES.
-			resp.Envs["CUDA_DEVICE_MEMORY_LIMIT_"+strconv.Itoa(i)] = strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "m"
+		for k, v := range hamiMemory(req.Slices) {
+			resp.Envs[k] = v
 		}
 		resp.Envs["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = filepath.Join(HAMiContainerCacheDir, hamiregion.FileName)
 	case protocol.ResourceCore, protocol.ResourceCoreGreedy:
@@ -135,6 +134,43 @@ func (h *HAMiCore) mounts(req Request) ([]*pluginapi.Mount, error) {
 	}, nil
 }
 
+// HAMi-core reads a limit per card before the plain variable: for every
+// ordinal i below CUDA_DEVICE_MAX_COUNT (16) it takes
+// CUDA_DEVICE_MEMORY_LIMIT_<i> / CUDA_DEVICE_SM_LIMIT_<i> when set and
+// non-zero, else CUDA_DEVICE_MEMORY_LIMIT / CUDA_DEVICE_SM_LIMIT
+// (do_init_device_memory_limits and do_init_device_sm_limits in
+// multiprocess_memory_limit.c; hamiregion.MaxDevices is the same bound).
+// Under CDI delivery the runtime applies the agent's spec after the pod's
+// env, and a variable of both gets the agent's value (Delivery.cdi;
+// TestCDIDeliveryEnvOverride injects with the CDI library); under envvar
+// the kubelet puts the pod's env after the answer's, and the pod's wins
+// (TestEnvvarIsCooperative). Either way a name the agent does not set
+// keeps the pod's value: a pod setting CUDA_DEVICE_SM_LIMIT_0=100 would
+// lift its cap. So the answer sets the per-card form of every ordinal the
+// library reads. Ordinals past the
+// container's cards name no card it was given; they get its smallest
+// slice, so even a card it could see by mistake is capped no higher.
+const hamiCardForms = hamiregion.MaxDevices
+
+// hamiMemory is CUDA_DEVICE_MEMORY_LIMIT_<i> for every ordinal HAMi-core
+// reads: slice i's memory (i is the CUDA ordinal inside the container, the
+// order of NVIDIA_VISIBLE_DEVICES), the smallest slice's past the last card.
+func hamiMemory(slices []protocol.Slice) map[string]string {
+	smallest := slices[0].MemoryGiB
+	for _, s := range slices {
+		smallest = min(smallest, s.MemoryGiB)
+	}
+	out := make(map[string]string, hamiCardForms)
+	for i := range hamiCardForms {
+		gib := smallest
+		if i < len(slices) {
+			gib = slices[i].MemoryGiB
+		}
+		out["CUDA_DEVICE_MEMORY_LIMIT_"+strconv.Itoa(i)] = strconv.FormatInt(gib*protocol.GiB, 10) + "m"
+	}
+	return out
+}
+
 // hamiCompute maps the policy onto HAMi-core's SM limit: fixed-share is a hard
 // cap ("force": the region's switch is ignored), burst-share caps only while
 // the switch in the container's region is on ("default"; agent/hamicore
@@ -149,8 +185,12 @@ func hamiCompute(req Request) map[string]string {
 	if req.Policy == protocol.PolicyFixedShare {
 		policy = "force"
 	}
-	return map[string]string{
+	out := map[string]string{
 		"CUDA_DEVICE_SM_LIMIT":        strconv.FormatInt(cores, 10),
 		"GPU_CORE_UTILIZATION_POLICY": policy,
 	}
+	for i := range hamiCardForms { // see hamiCardForms: the pod's own per-card value would win
+		out[smLimit+"_"+strconv.Itoa(i)] = out[smLimit]
+	}
+	return out
 }

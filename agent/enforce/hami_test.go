@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -131,8 +133,10 @@ func TestHAMiCoreMemory(t *testing.T) {
 	wantEnvs := map[string]string{
 		"NVIDIA_VISIBLE_DEVICES": "GPU-1", "QGPU_CARD_INDEX": "1", "QGPU_MEMORY_GIB": "4",
 		"QGPU_CLASS": "offline", "QGPU_POLICY": "burst-share",
-		"CUDA_DEVICE_MEMORY_LIMIT_0":      "4096m",
 		"CUDA_DEVICE_MEMORY_SHARED_CACHE": "/tmp/vgpu/cudevshr.cache",
+	}
+	for k, v := range perCard("CUDA_DEVICE_MEMORY_LIMIT", "4096m") {
+		wantEnvs[k] = v
 	}
 	wantMounts := []*pluginapi.Mount{
 		{ContainerPath: "/usr/local/vgpu/libvgpu.so", HostPath: filepath.Join(opts.LibDir, "libvgpu.so.v2.9.0"), ReadOnly: true},
@@ -184,6 +188,26 @@ func TestHAMiCoreMultiCard(t *testing.T) {
 	}
 }
 
+// perCard is HAMi-core's per-card form of name for every ordinal it reads:
+// vals by ordinal, the last one repeated up to the bound.
+func perCard(name string, vals ...string) map[string]string {
+	out := map[string]string{}
+	for i := range hamiCardForms {
+		out[name+"_"+strconv.Itoa(i)] = vals[min(i, len(vals)-1)]
+	}
+	return out
+}
+
+// with returns m with the entries of more added.
+func with(m map[string]string, more ...map[string]string) map[string]string {
+	for _, x := range more {
+		for k, v := range x {
+			m[k] = v
+		}
+	}
+	return m
+}
+
 func TestHAMiCoreRefusesAtAllocate(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -229,8 +253,10 @@ func TestHAMiCoreCompute(t *testing.T) {
 		slices []protocol.Slice
 		want   map[string]string
 	}{
-		{protocol.PolicyFixedShare, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force"}},
-		{protocol.PolicyBurstShare, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "default"}},
+		{protocol.PolicyFixedShare, []protocol.Slice{shared}, with(map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "force"},
+			perCard("CUDA_DEVICE_SM_LIMIT", "30"))},
+		{protocol.PolicyBurstShare, []protocol.Slice{shared}, with(map[string]string{"QGPU_CORES": "30", "CUDA_DEVICE_SM_LIMIT": "30", "GPU_CORE_UTILIZATION_POLICY": "default"},
+			perCard("CUDA_DEVICE_SM_LIMIT", "30"))},
 		{protocol.PolicyBestEffort, []protocol.Slice{shared}, map[string]string{"QGPU_CORES": "30", "GPU_CORE_UTILIZATION_POLICY": "disable"}},
 		{protocol.PolicyFixedShare, []protocol.Slice{whole0, whole2}, map[string]string{"QGPU_CORES": "200", "GPU_CORE_UTILIZATION_POLICY": "disable"}},
 	}
@@ -243,4 +269,101 @@ func TestHAMiCoreCompute(t *testing.T) {
 			t.Errorf("%s %d slices (-want +got):\n%s mounts %v", tc.policy, len(tc.slices), diff, got.Mounts)
 		}
 	}
+}
+
+// hamiCoreLimits is what HAMi-core makes of a container's environment when
+// its first process creates the region (do_init_device_memory_limits and
+// do_init_device_sm_limits, get_limit_from_env in
+// multiprocess_memory_limit.c): per ordinal the per-card form when set and
+// non-zero, else the plain variable; no SM limit at all is 100. Values are
+// bytes with an optional k, m or g suffix.
+func hamiCoreLimits(env map[string]string) (mem, sm [hamiCardForms]uint64) {
+	parse := func(name string) uint64 {
+		v := env[name]
+		scale := uint64(1)
+		if n := len(v); n > 0 {
+			switch v[n-1] {
+			case 'G', 'g':
+				scale = 1 << 30
+			case 'M', 'm':
+				scale = 1 << 20
+			case 'K', 'k':
+				scale = 1 << 10
+			}
+		}
+		digits := strings.TrimRightFunc(v, func(r rune) bool { return r < '0' || r > '9' })
+		n, _ := strconv.ParseUint(digits, 10, 64)
+		return n * scale
+	}
+	memFallback, smFallback := parse("CUDA_DEVICE_MEMORY_LIMIT"), parse("CUDA_DEVICE_SM_LIMIT")
+	if smFallback == 0 {
+		smFallback = 100
+	}
+	for i := range hamiCardForms {
+		mem[i], sm[i] = memFallback, smFallback
+		if v := parse("CUDA_DEVICE_MEMORY_LIMIT_" + strconv.Itoa(i)); v > 0 {
+			mem[i] = v
+		}
+		if v := parse("CUDA_DEVICE_SM_LIMIT_" + strconv.Itoa(i)); v > 0 {
+			sm[i] = v
+		}
+	}
+	return mem, sm
+}
+
+// TestHAMiCorePodCannotLiftItsLimits: a pod that sets HAMi-core's limit
+// variables in its own spec, in any form the library reads, still gets
+// its slice once the runtime has applied the agent's CDI specs: HAMi-core
+// reads a per-card form before the plain one, so the agent sets them all.
+func TestHAMiCorePodCannotLiftItsLimits(t *testing.T) {
+	tests := []struct {
+		name string
+		env  []string
+	}{
+		{"per-card SM limit", []string{"CUDA_DEVICE_SM_LIMIT_0=100"}},
+		{"per-card SM and memory limits", []string{"CUDA_DEVICE_SM_LIMIT_0=100", "CUDA_DEVICE_MEMORY_LIMIT_0=80g"}},
+		{"per-card SM limit of zero (the plain one then)", []string{"CUDA_DEVICE_SM_LIMIT_0=0", "CUDA_DEVICE_SM_LIMIT=0"}},
+		{"the last ordinal the library reads", []string{"CUDA_DEVICE_SM_LIMIT_15=100", "CUDA_DEVICE_MEMORY_LIMIT_15=80g"}},
+		{"plain variables", []string{"CUDA_DEVICE_SM_LIMIT=100", "CUDA_DEVICE_MEMORY_LIMIT=80g"}},
+		{"every form", append(slicesOf(perCard("CUDA_DEVICE_SM_LIMIT", "100")), slicesOf(perCard("CUDA_DEVICE_MEMORY_LIMIT", "80g"))...)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			specs, static := cdiNode(t, "GPU-1")
+			d, err := NewDelivery(StrategyCDICRI, specs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := New(NameHAMiCore, Options{HAMi: hamiNode(t, "libvgpu.so"), Delivery: d})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, res := range []string{protocol.ResourceMemory, protocol.ResourceCore} {
+				r := req(res, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)
+				r.PodUID = "uid-1"
+				resp, err := b.Allocate(r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				names = append(names, cdiNames(resp)...)
+			}
+			s := injectOver(t, specs, static, names, tc.env)
+			mem, sm := hamiCoreLimits(effectiveEnv(s.Process.Env))
+			for i := range hamiCardForms {
+				if mem[i] != 4<<30 || sm[i] != 30 {
+					t.Errorf("ordinal %d: HAMi-core would cap memory at %d bytes and SM at %d%%, want %d and 30", i, mem[i], sm[i], 4<<30)
+				}
+			}
+		})
+	}
+}
+
+func slicesOf(m map[string]string) []string {
+	var out []string
+	for k, v := range m {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -43,17 +43,28 @@ func VocabularyEnv(resource string, pod *v1.Pod, container string, slices []prot
 	case vocab.VCUDA:
 		if limit, ok := pod.Annotations[vocab.AnnotationVCUDACoreLimit]; ok && envs[smLimit] != "" {
 			if _, err := strconv.ParseInt(limit, 10, 64); err == nil {
-				envs[smLimit] = limit
+				setSMLimit(envs, limit)
 			}
 		}
 	case vocab.HAMi:
 		if envs[smLimit] != "" && hamiCores(pod, container) == 0 {
-			envs[smLimit] = "0"
+			setSMLimit(envs, "0")
 		}
 	}
 }
 
 const smLimit = "CUDA_DEVICE_SM_LIMIT"
+
+// setSMLimit sets the cap and every per-card form the backend set with it
+// (hamiCardForms): the library reads a per-card form first.
+func setSMLimit(envs map[string]string, v string) {
+	envs[smLimit] = v
+	for i := range hamiCardForms {
+		if k := smLimit + "_" + strconv.Itoa(i); envs[k] != "" {
+			envs[k] = v
+		}
+	}
+}
 
 // hamiCores is the container's nvidia.com/gpucores, 0 when absent.
 func hamiCores(pod *v1.Pod, container string) int64 {
