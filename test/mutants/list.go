@@ -65,6 +65,10 @@ var mutants = []mutant{
 	{File: "agent/allocate/route.go", Old: "return p.DeletionTimestamp == nil && p.Status.Phase", New: "return p.Status.Phase", Pkgs: allocate, Why: "allocate: no repeat for a pod being deleted"},
 	{File: "agent/reconcile/reconcile.go", Old: "\treturn res, errors.Join(kubeletErr, r.writeGrants(ctx, byUID, &res))", New: "\tif kubeletErr != nil {\n\t\treturn res, kubeletErr\n\t}\n\treturn res, r.writeGrants(ctx, byUID, &res)", Pkgs: reconcile, Why: "reconcile: grants written when the kubelet refuses"},
 
+	// The node's enforcement: what a container cannot lift (agent/enforce, agent/hamiregion, agent/priority).
+	{File: "agent/enforce/hami.go", Old: "for i := range hamiCardForms { // see hamiCardForms", New: "for i := range 0 { // see hamiCardForms", Pkgs: []string{"./agent/enforce"}, Why: "enforce: hami-core per-card SM limit for every ordinal the library reads"},
+	{File: "agent/enforce/hami.go", Old: "\tfor i := range hamiCardForms {\n\t\tgib := smallest", New: "\tfor i := range len(slices) {\n\t\tgib := smallest", Pkgs: []string{"./agent/enforce"}, Why: "enforce: hami-core per-card memory limit for every ordinal the library reads"},
+
 	// A binding whose outcome is unknown (plugins/qgpu/bind.go, bindoutcome.go, ledger/uncertain.go).
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "{ return !h.Bound && !h.Uncertain && h.Node == node }", New: "{ return !h.Bound && h.Node == node }", Pkgs: ledger, Why: "bind: Unreserve keeps a bind-uncertain holding"},
 	{File: "plugins/qgpu/ledger/uncertain.go", Old: "return h.Uncertain && version > h.Since", New: "return h.Uncertain && version >= h.Since", Pkgs: ledger, Why: "bind: an uncertain holding is freed only at a newer version than its binding's"},
