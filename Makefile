@@ -24,7 +24,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
 # make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
 IMAGE_REPO ?= ghcr.io/qgpu-scheduler
 
-.PHONY: all build version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list
+.PHONY: all build kustomize version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list
 
 all: build
 
@@ -159,8 +159,14 @@ manifests:
 # _output/traces (make replay fetches it there); without the files it
 # skips, and fails where QGPU_TRACES_REQUIRED=1 (.ci/run).
 QGPU_TRACES ?= $(or $(TRACES),_output/traces)
-integration: build
-	QGPU_TRACES=$(abspath $(QGPU_TRACES)) $(GO) test -count=1 -timeout 30m ./test/integration/...
+integration: build kustomize
+	QGPU_TRACES=$(abspath $(QGPU_TRACES)) KUSTOMIZE_BIN=$(abspath _output/bin/kustomize) $(GO) test -count=1 -timeout 30m ./test/integration/...
+
+# The kustomize CLI the README's deploy section runs (`kustomize edit set
+# image`), pinned in hack/tools/kustomize; TestREADMEDeploy runs it.
+kustomize: _output/bin/kustomize
+_output/bin/kustomize: hack/tools/kustomize/go.mod
+	$(GO) -C hack/tools/kustomize build -o $(abspath _output/bin/kustomize) sigs.k8s.io/kustomize/kustomize/v5
 
 lint:
 	$(GO) vet ./...
