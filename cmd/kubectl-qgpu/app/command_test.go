@@ -191,7 +191,6 @@ a      general   n1     c:0=4G/10   -         Running   -           -         - 
 		{"jsonpath", nil, []string{"pods", "-A", "-o", "jsonpath={.items[*].metadata.name}"}, "a b", "", ""},
 		{"--template alone is a go-template", nil, []string{"pods", "-A", "--template", "{{range .items}}{{.metadata.namespace}} {{end}}"}, "team-a team-b ", "", ""},
 		{"empty namespace", nil, []string{"pods", "-n", "team-c"}, "", "", "No qGPU pods found in team-c namespace."},
-		{"-o name is refused before any call", nil, []string{"pods", "-o", "name"}, "", `--output: invalid value "name"`, ""},
 		{"unknown -o", nil, []string{"pods", "-o", "tsv"}, "", "--output: unable to match a printer", ""},
 		{"bad selector", nil, []string{"pods", "-l", "a=(b"}, "", `--selector: invalid value "a=(b"`, ""},
 		{"-A without the right", []string{"list pods@"}, []string{"pods", "-A"}, "", "listing pods in all namespaces: forbidden for your credentials", ""},

@@ -23,10 +23,11 @@ func newNodesCommand(o *options) *cobra.Command {
 		Short: "Cards per node: model, memory and cores used and free, pods",
 		Long: "Cards per node: model, memory and cores used and free, pods.\n" +
 			"Needs to list nodes and pods in all namespaces, and reads the scheduler's ConfigMap for its pods-per-card limit.",
-		Example: "  kubectl qgpu nodes --bars\n  kubectl qgpu nodes -l pool=t4 -o jsonpath='{.items[*].cards[*].usedMemoryGiB}'",
-		Args:    cobra.NoArgs,
+		Example: "  kubectl qgpu nodes --bars\n  kubectl qgpu nodes -l pool=t4 -o jsonpath='{.items[*].cards[*].usedMemoryGiB}'\n" +
+			"  kubectl qgpu nodes --sort-by=.cards[0].usedMemoryGiB --no-headers",
+		Args: cobra.NoArgs,
 	}
-	out := addOutputFlags(cmd)
+	out := addOutputFlags(cmd, "the nodes (a node's cards stay in index order)")
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector on nodes (e.g. -l pool=t4)")
 	cmd.Flags().BoolVar(&bars, "bars", false, "show each card's memory and cores fill as a bar")
 	cmd.Flags().IntVar(&barWidth, "bar-width", defaultBarWidth, "cells of a --bars bar")

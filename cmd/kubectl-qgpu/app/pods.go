@@ -20,10 +20,11 @@ func newPodsCommand(o *options) *cobra.Command {
 		Long: "qGPU pods: class, node, cards, slices and the agent's grant.\n" +
 			"Lists pods in the namespace only (-n, or the context's), so the right to list pods there is enough;\n" +
 			"-A lists every namespace, -o wide also reads the pods' nodes for their card models.",
-		Example: "  kubectl qgpu pods -n team-a -o json\n  kubectl qgpu pods -A -l app=infer -o wide",
-		Args:    cobra.NoArgs,
+		Example: "  kubectl qgpu pods -n team-a -o json\n  kubectl qgpu pods -A -l app=infer -o wide\n" +
+			"  kubectl qgpu pods -A --sort-by=.nodeName\n  kubectl qgpu pods --node n1 -o name",
+		Args: cobra.NoArgs,
 	}
-	out := addOutputFlags(cmd)
+	out := addOutputFlags(cmd, "the pods")
 	cmd.Flags().StringVarP(&selector, "selector", "l", "", "label selector on pods (e.g. -l app=infer)")
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "list pods of every namespace")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {

@@ -69,7 +69,7 @@ func newQuotaCommand(o *options) *cobra.Command {
 		Example: "  kubectl qgpu quota -n team-a\n  kubectl qgpu quota -A -o yaml",
 		Args:    cobra.NoArgs,
 	}
-	out := addOutputFlags(cmd)
+	out := addOutputFlags(cmd, "the rows (one per namespace and model)")
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "show every namespace's limits")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if err := out.validate(); err != nil {

@@ -1,6 +1,8 @@
 package app
 
 import (
+	"slices"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -142,4 +144,45 @@ func copyContainers(in []ContainerSlices) []ContainerSlices {
 		out[i] = ContainerSlices{Name: c.Name, Slices: append([]Slice(nil), c.Slices...)}
 	}
 	return out
+}
+
+// --sort-by orders a list's items; -o name names the API object each
+// stands for: nodes print node/<name>, pods pod/<name>, quota
+// namespace/<name> once per namespace, as kubectl get -o name would.
+var (
+	_ list = &NodeCardsList{}
+	_ list = &PodSlicesList{}
+	_ list = &QuotaUsageList{}
+)
+
+func (l *NodeCardsList) sortBy(field string) error { return sortItems(l.Items, field) }
+
+func (l *NodeCardsList) refs() (string, []string) {
+	names := make([]string, 0, len(l.Items))
+	for _, n := range l.Items {
+		names = append(names, n.Name)
+	}
+	return "Node", names
+}
+
+func (l *PodSlicesList) sortBy(field string) error { return sortItems(l.Items, field) }
+
+func (l *PodSlicesList) refs() (string, []string) {
+	names := make([]string, 0, len(l.Items))
+	for _, p := range l.Items {
+		names = append(names, p.Name)
+	}
+	return "Pod", names
+}
+
+func (l *QuotaUsageList) sortBy(field string) error { return sortItems(l.Items, field) }
+
+func (l *QuotaUsageList) refs() (string, []string) {
+	var names []string
+	for _, q := range l.Items {
+		if !slices.Contains(names, q.Namespace) {
+			names = append(names, q.Namespace)
+		}
+	}
+	return "Namespace", names
 }
