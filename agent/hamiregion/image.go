@@ -25,7 +25,7 @@ func (im Image) Bytes() []byte {
 	if v == (Version{}) {
 		v = Version{1, 2}
 	}
-	b := make([]byte, Size)
+	b := make([]byte, FileSize) // as the library writes it: one byte past the struct
 	le.PutUint32(b[offMagic:], Magic)
 	le.PutUint32(b[offMajor:], v.Major)
 	le.PutUint32(b[offMinor:], v.Minor)

@@ -43,8 +43,17 @@ const (
 	offPriority   = offProcNum + 12
 	offLastKernel = offProcNum + 16 // seconds since the epoch (time(NULL))
 
-	// Size is the size of a 1.1 or 1.2 region file.
+	// Size is sizeof(shared_region_t) of 1.1 (trailing uint64_t unused[4])
+	// and 1.2 (sem_t sem_postinit there instead).
 	Size = offLastKernel + 8 + 32
+	// FileSize is the size of every region file the library writes: it
+	// extends the file by writing one byte at offset sizeof(shared_region_t)
+	// (try_create_shrreg), so the file is one byte longer than the struct.
+	// Only this size is accepted: a HAMi-core main build between 2026-03-25
+	// and 2026-04-24 wrote a shifted, larger layout still labelled 1.1, in
+	// which the agent's write of recent_kernel would land in the last
+	// process slot's status. The size is the one check a label cannot fake.
+	FileSize = Size + 1
 )
 
 // Version is a region layout's version, as the library writes it.
@@ -67,7 +76,7 @@ func known(v Version) bool {
 // Errors of Parse and Open. All of them mean "do not trust this file": the
 // caller falls back to a mechanism that does not need it.
 var (
-	ErrShort         = errors.New("hami region: file shorter than its layout")
+	ErrSize          = errors.New("hami region: file size is not its layout's")
 	ErrMagic         = errors.New("hami region: magic mismatch (not initialised, or not a HAMi-core region)")
 	ErrUnknownLayout = errors.New("hami region: unknown layout version")
 	ErrCorrupt       = errors.New("hami region: field out of range")

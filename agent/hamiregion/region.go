@@ -42,8 +42,8 @@ func Parse(data []byte) (Snapshot, error) {
 // process slots, not the 2 MB of the whole region.
 func read(r io.ReaderAt, size int64) (Snapshot, error) {
 	var s Snapshot
-	if size < Size {
-		return s, fmt.Errorf("%w: %d bytes, want %d", ErrShort, size, Size)
+	if size < offProcs {
+		return s, fmt.Errorf("%w: %d bytes, want %d", ErrSize, size, FileSize)
 	}
 	head := make([]byte, offProcs)
 	if _, err := r.ReadAt(head, 0); err != nil {
@@ -53,9 +53,14 @@ func read(r io.ReaderAt, size int64) (Snapshot, error) {
 		return s, err
 	}
 	s.Version = Version{le.Uint32(head[offMajor:]), le.Uint32(head[offMinor:])}
+	if size != FileSize {
+		return s, fmt.Errorf("%w: %d bytes, want exactly %d for layout %s", ErrSize, size, FileSize, s.Version)
+	}
+	// The library writes device_num once it has asked NVML (init_device_info);
+	// 0 (not yet) or more than its arrays hold is not a region to act on.
 	n := le.Uint64(head[offDeviceNum:])
-	if n > MaxDevices {
-		return s, fmt.Errorf("%w: device_num %d > %d", ErrCorrupt, n, MaxDevices)
+	if n == 0 || n > MaxDevices {
+		return s, fmt.Errorf("%w: device_num %d not in [1, %d]", ErrCorrupt, n, MaxDevices)
 	}
 	for i := range int(n) {
 		raw := head[offUUIDs+i*uuidLen : offUUIDs+(i+1)*uuidLen]
@@ -158,7 +163,7 @@ func Open(path string) (*File, error) {
 	rf := &File{Path: path, f: f}
 	if _, err := rf.Read(); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, err
 	}
 	return rf, nil
 }
@@ -183,7 +188,11 @@ func (f *File) Read() (Snapshot, error) {
 	if err != nil {
 		return Snapshot{}, fmt.Errorf("hami region: %w", err)
 	}
-	return read(f.f, fi.Size())
+	s, err := read(f.f, fi.Size())
+	if err != nil {
+		return s, fmt.Errorf("%s: %w", f.Path, err)
+	}
+	return s, nil
 }
 
 // SetRecentKernel writes recent_kernel. The library and this writer both
@@ -205,8 +214,8 @@ func (f *File) writeInt32(off int64, v int32) error {
 	if err := checkHeader(head); err != nil {
 		return fmt.Errorf("%s: %w", f.Path, err)
 	}
-	if fi, err := f.f.Stat(); err != nil || fi.Size() < Size {
-		return fmt.Errorf("%s: %w", f.Path, ErrShort)
+	if fi, err := f.f.Stat(); err != nil || fi.Size() != FileSize {
+		return fmt.Errorf("%s: %w", f.Path, ErrSize)
 	}
 	var b [4]byte
 	le.PutUint32(b[:], uint32(v))

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -18,14 +20,15 @@ func image() Image {
 }
 
 // TestLayoutOffsets pins the offsets to what the C compiler gives
-// shared_region_t (checked by hand against multiprocess_memory_limit.h).
+// shared_region_t (gcc, offsetof and sizeof over the structs of HAMi-core
+// 8f3a89c's multiprocess_memory_limit.h, linux/amd64).
 func TestLayoutOffsets(t *testing.T) {
 	for name, got := range map[string]int{"device_num": offDeviceNum, "limit": offLimit, "sm_limit": offSMLimit,
 		"procs": offProcs, "proc_num": offProcNum, "utilization_switch": offUtilSwitch,
-		"recent_kernel": offRecent, "last_kernel_time": offLastKernel, "size": Size} {
+		"recent_kernel": offRecent, "last_kernel_time": offLastKernel, "size": Size, "file": FileSize} {
 		want := map[string]int{"device_num": 56, "limit": 1600, "sm_limit": 1728, "procs": 1856,
 			"proc_num": 2008896, "utilization_switch": 2008900, "recent_kernel": 2008904,
-			"last_kernel_time": 2008912, "size": 2008952}[name]
+			"last_kernel_time": 2008912, "size": 2008952, "file": 2008953}[name]
 		if got != want {
 			t.Errorf("%s at %d, want %d", name, got, want)
 		}
@@ -56,15 +59,19 @@ func TestRefused(t *testing.T) {
 		data []byte
 		want error
 	}{
-		{"empty", nil, ErrShort},
-		{"torn: cut after the header", good[:offProcs+10], ErrShort},
-		{"torn: one byte short", good[:Size-1], ErrShort},
+		{"empty", nil, ErrSize},
+		{"torn: cut after the header", good[:offProcs+10], ErrSize},
+		{"torn: one byte short", good[:Size-1], ErrSize},
 		{"not initialised yet (magic 0)", with(func(b []byte) { le.PutUint32(b, 0) }), ErrMagic},
 		{"garbled magic", with(func(b []byte) { copy(b, "garbage!") }), ErrMagic},
 		{"unknown version 2.0", Image{Version: Version{2, 0}}.Bytes(), ErrUnknownLayout},
 		{"unknown version 1.0", Image{Version: Version{1, 0}}.Bytes(), ErrUnknownLayout},
 		{"unknown version 1.3", Image{Version: Version{1, 3}}.Bytes(), ErrUnknownLayout},
 		{"device_num 17", with(func(b []byte) { le.PutUint64(b[offDeviceNum:], 17) }), ErrCorrupt},
+		{"device_num 0 (the library has not asked NVML yet)", with(func(b []byte) { le.PutUint64(b[offDeviceNum:], 0) }), ErrCorrupt},
+		{"a shifted layout labelled 1.1, 32 bytes longer", append(Image{Version: Version{1, 1}, UUIDs: []string{gpu0}}.Bytes(), make([]byte, 32)...), ErrSize},
+		{"one byte longer", append(append([]byte(nil), good...), 0), ErrSize},
+		{"the struct without the byte the library writes past it", good[:Size], ErrSize},
 		{"proc_num -1", with(func(b []byte) { le.PutUint32(b[offProcNum:], 0xffffffff) }), ErrCorrupt},
 		{"proc_num 1025", with(func(b []byte) { le.PutUint32(b[offProcNum:], 1025) }), ErrCorrupt},
 	} {
@@ -139,11 +146,18 @@ func TestFileWrites(t *testing.T) {
 	if err := f.SetRecentKernel(0); !errors.Is(err, ErrUnknownLayout) {
 		t.Errorf("write into an unknown layout: %v", err)
 	}
+	// Replaced by a longer layout that still says 1.1: no write.
+	if err := os.WriteFile(path, append(Image{Version: Version{1, 1}, UUIDs: []string{gpu0}}.Bytes(), make([]byte, 32)...), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetRecentKernel(0); !errors.Is(err, ErrSize) {
+		t.Errorf("write into a longer layout labelled 1.1: %v", err)
+	}
 	// Truncated (torn) under the reader: refused, and no write grows it back.
 	if err := os.Truncate(path, 100); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Read(); !errors.Is(err, ErrShort) {
+	if _, err := f.Read(); !errors.Is(err, ErrSize) {
 		t.Errorf("read of a truncated region: %v", err)
 	}
 	if err := f.SetRecentKernel(0); err == nil {
@@ -169,12 +183,12 @@ func FuzzParse(f *testing.F) {
 		data := image().Bytes()
 		copy(data, prefix)
 		copy(data[offProcNum:], tail)
-		if len(prefix) > Size {
+		if len(prefix) > FileSize {
 			data = prefix
 		}
 		s, err := Parse(data)
 		if err != nil {
-			if !errors.Is(err, ErrShort) && !errors.Is(err, ErrMagic) && !errors.Is(err, ErrUnknownLayout) && !errors.Is(err, ErrCorrupt) {
+			if !errors.Is(err, ErrSize) && !errors.Is(err, ErrMagic) && !errors.Is(err, ErrUnknownLayout) && !errors.Is(err, ErrCorrupt) {
 				t.Fatalf("unexpected error %v", err)
 			}
 			return
@@ -183,4 +197,33 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("out of bounds: %d devices, %d procs, %s", len(s.UUIDs), len(s.Procs), s.Version)
 		}
 	})
+}
+
+// TestOpenRefusesOtherSizes: a region file of any size but the library's
+// for its layout is refused, and the error says which file, its size and
+// the size wanted.
+func TestOpenRefusesOtherSizes(t *testing.T) {
+	for _, extra := range []int{-1, 1, 32} {
+		t.Run(strconv.Itoa(extra), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), FileName)
+			data := image().Bytes()
+			if extra < 0 {
+				data = data[:len(data)+extra]
+			} else {
+				data = append(data, make([]byte, extra)...)
+			}
+			if err := os.WriteFile(path, data, 0o666); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(path)
+			if !errors.Is(err, ErrSize) {
+				t.Fatalf("Open: %v, want ErrSize", err)
+			}
+			for _, want := range []string{path, strconv.Itoa(len(data)), strconv.Itoa(FileSize)} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not name %s", err, want)
+				}
+			}
+		})
+	}
 }
