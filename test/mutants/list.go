@@ -68,6 +68,9 @@ var mutants = []mutant{
 	// The node's enforcement: what a container cannot lift (agent/enforce, agent/hamiregion, agent/priority).
 	{File: "agent/enforce/hami.go", Old: "for i := range hamiCardForms { // see hamiCardForms", New: "for i := range 0 { // see hamiCardForms", Pkgs: []string{"./agent/enforce"}, Why: "enforce: hami-core per-card SM limit for every ordinal the library reads"},
 	{File: "agent/enforce/hami.go", Old: "\tfor i := range hamiCardForms {\n\t\tgib := smallest", New: "\tfor i := range len(slices) {\n\t\tgib := smallest", Pkgs: []string{"./agent/enforce"}, Why: "enforce: hami-core per-card memory limit for every ordinal the library reads"},
+	{File: "agent/hamiregion/region.go", Old: "\tif size != FileSize {", New: "\tif size < FileSize {", Pkgs: []string{"./agent/hamiregion"}, Why: "hamiregion: a region of another size than the library's is not read"},
+	{File: "agent/hamiregion/region.go", Old: "fi.Size() != FileSize {", New: "fi.Size() < FileSize {", Pkgs: []string{"./agent/hamiregion"}, Why: "hamiregion: no write into a region of another size than the library's"},
+	{File: "agent/hamiregion/region.go", Old: "if n == 0 || n > MaxDevices {", New: "if n > MaxDevices {", Pkgs: []string{"./agent/hamiregion"}, Why: "hamiregion: a region without devices is not acted on"},
 
 	// A binding whose outcome is unknown (plugins/qgpu/bind.go, bindoutcome.go, ledger/uncertain.go).
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "{ return !h.Bound && !h.Uncertain && h.Node == node }", New: "{ return !h.Bound && h.Node == node }", Pkgs: ledger, Why: "bind: Unreserve keeps a bind-uncertain holding"},
