@@ -11,13 +11,16 @@ import (
 	"os"
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/component-base/logs"
 
 	"github.com/qgpu-scheduler/qgpu/cmd/kubectl-qgpu/app"
 )
 
 func main() {
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
-	if err := app.NewCommand(streams).Execute(); err != nil {
+	err := app.NewCommand(streams).Execute()
+	logs.FlushLogs()
+	if err != nil {
 		os.Exit(1)
 	}
 }

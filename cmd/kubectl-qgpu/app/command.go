@@ -11,6 +11,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/component-base/logs"
 
 	"github.com/qgpu-scheduler/qgpu/internal/version"
 )
@@ -50,6 +51,10 @@ func newCommand(streams genericiooptions.IOStreams) (*cobra.Command, *options) {
 	root.SetErr(streams.ErrOut)
 	root.SetVersionTemplate(version.String(Name) + "\n")
 	o.config.AddFlags(root.PersistentFlags())
+	// -v is klog's verbosity, as in every kubectl command (kubectl runs the
+	// plugin with the user's flags: `kubectl qgpu nodes -v=6` logs the API
+	// calls); with -v taken, cobra gives --version no shorthand.
+	logs.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().IntVar(&o.maxPods, "max-pods-per-card", 0,
 		"DEPRECATED: the limit is read from the scheduler's ConfigMap (--scheduler-config); set only to override it (0: card GiB / 4)")
 	root.PersistentFlags().StringVar(&o.schedulerConfig, "scheduler-config", DefaultSchedulerConfig,
