@@ -138,6 +138,21 @@ func (s Snapshot) Alive(alive func(hostPID int32) bool) bool {
 	return false
 }
 
+// HostPIDsKnown reports whether every process slot in use has its host PID.
+// HAMi-core runs a process's rate limiter, the one place it records
+// launches and honours a block, only once that process found its host PID
+// (utilization_watcher loops until pidfound; until then the cached switch
+// stays 0 and rate_limiter returns at once): a process without one
+// launches unrecorded and unblocked, whatever the region says.
+func (s Snapshot) HostPIDsKnown() bool {
+	for _, p := range s.Procs {
+		if p.PID != 0 && p.HostPID == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // File is a region file on disk, read and written with pread/pwrite: a
 // container can truncate its own region file at any time, and a mapping
 // of a truncated file would crash the agent with SIGBUS.

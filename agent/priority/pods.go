@@ -164,8 +164,15 @@ func (c *Controller) updateOffline(ctx context.Context, p *offline, pod *v1.Pod)
 	}
 	if usable {
 		for _, r := range files {
-			if s, err := r.f.Read(); err != nil || !s.HasSMLimit() {
+			s, err := r.f.Read()
+			switch {
+			case err != nil || !s.HasSMLimit():
 				usable = false // the library would not honour a block
+			case !s.HostPIDsKnown():
+				// A process without its host PID runs no rate limiter, so it
+				// would launch through the block (hamiregion.HostPIDsKnown).
+				usable = false
+				p.logOnce(ctx, "hostpid:"+r.f.Path, "A process of the HAMi-core region has no host PID, so the library would not honour a block; the freezer suspends this pod", "path", r.f.Path)
 			}
 		}
 	}

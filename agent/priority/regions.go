@@ -98,8 +98,8 @@ func (c *Controller) onlineLaunches(ctx context.Context, cd *card, now time.Time
 			if !s.Alive(c.alive) {
 				continue // stale: every process of it exited
 			}
-			if !s.CanThrottle() {
-				return activity{}, false // the library records no launches for it
+			if !s.CanThrottle() || !s.HostPIDsKnown() {
+				return activity{}, false // the library records no launches for it, or not for all its processes
 			}
 			live++
 			if s.RecentKernel >= hamiregion.RecentKernelLaunched {

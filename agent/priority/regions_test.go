@@ -144,3 +144,49 @@ func TestRecoverBlocked(t *testing.T) {
 		}
 	}
 }
+
+// withProcs rewrites a region the simulator wrote with other process slots.
+func withProcs(t *testing.T, path string, procs ...hamiregion.Proc) {
+	t.Helper()
+	s := region(t, path)
+	im := hamiregion.Image{Version: s.Version, UUIDs: s.UUIDs, SMLimit: s.SMLimit, Procs: procs,
+		UtilizationSwitch: s.UtilizationSwitch, RecentKernel: s.RecentKernel, Priority: s.Priority}
+	if err := im.WriteFile(path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestInterceptionNeedsHostPIDs: HAMi-core runs no rate limiter in a
+// process that has not found its host PID, so such a process neither
+// records launches nor honours a block. An offline pod with one is left to
+// the freezer; an online pod with one has its activity read from NVML.
+func TestInterceptionNeedsHostPIDs(t *testing.T) {
+	known := hamiregion.Proc{PID: 1, HostPID: 200, Status: 1} // SimOffline1's process
+	tests := []struct {
+		name  string
+		procs []hamiregion.Proc
+		want  string
+	}{
+		{"every process has its host PID", []hamiregion.Proc{known}, MechInterception},
+		{"a free slot", []hamiregion.Proc{known, {}}, MechInterception},
+		{"a second process without its host PID", []hamiregion.Proc{known, {PID: 2, Status: 1}}, MechFreezer},
+		{"the only process without its host PID", []hamiregion.Proc{{PID: 1, Status: 1}}, MechFreezer},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h, _ := interceptionHarness(t, func(_ *Sim, paths map[string]string) { withProcs(t, paths[SimOffline1], tc.procs...) })
+			if got := h.c.pods[SimOffline1].mech; got != tc.want {
+				t.Errorf("mechanism %s, want %s", got, tc.want)
+			}
+		})
+	}
+	t.Run("online process without its host PID: NVML decides", func(t *testing.T) {
+		h, paths := interceptionHarness(t, func(_ *Sim, paths map[string]string) {
+			// The library records none of this process's launches.
+			withProcs(t, paths[SimOnline], hamiregion.Proc{PID: 1, Status: 1})
+		})
+		h.s.SetOnlineBusy(true)
+		h.until(func() bool { return region(t, paths[SimOffline1]).RecentKernel == hamiregion.RecentKernelBlocked },
+			time.Second, "NVML activity of an online pod whose launches go unrecorded")
+	})
+}
