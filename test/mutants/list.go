@@ -71,6 +71,9 @@ var mutants = []mutant{
 	{File: "agent/hamiregion/region.go", Old: "\tif size != FileSize {", New: "\tif size < FileSize {", Pkgs: []string{"./agent/hamiregion"}, Why: "hamiregion: a region of another size than the library's is not read"},
 	{File: "agent/hamiregion/region.go", Old: "fi.Size() != FileSize {", New: "fi.Size() < FileSize {", Pkgs: []string{"./agent/hamiregion"}, Why: "hamiregion: no write into a region of another size than the library's"},
 	{File: "agent/hamiregion/region.go", Old: "if n == 0 || n > MaxDevices {", New: "if n > MaxDevices {", Pkgs: []string{"./agent/hamiregion"}, Why: "hamiregion: a region without devices is not acted on"},
+	{File: "agent/hamiregion/region.go", Old: "\t\tif p.PID != 0 && p.HostPID == 0 {", New: "\t\tif false && p.PID != 0 && p.HostPID == 0 {", Pkgs: []string{"./agent/priority"}, Why: "priority: interception only when every process slot in use has a host PID"},
+	{File: "agent/priority/pods.go", Old: "\t\t\tcase !s.HostPIDsKnown():", New: "\t\t\tcase false:", Pkgs: []string{"./agent/priority"}, Why: "priority: an offline region with a process without host PID goes to the freezer"},
+	{File: "agent/priority/regions.go", Old: "if !s.CanThrottle() || !s.HostPIDsKnown() {", New: "if !s.CanThrottle() {", Pkgs: []string{"./agent/priority"}, Why: "priority: online launches trusted only when every process has a host PID"},
 
 	// A binding whose outcome is unknown (plugins/qgpu/bind.go, bindoutcome.go, ledger/uncertain.go).
 	{File: "plugins/qgpu/ledger/ledger.go", Old: "{ return !h.Bound && !h.Uncertain && h.Node == node }", New: "{ return !h.Bound && h.Node == node }", Pkgs: ledger, Why: "bind: Unreserve keeps a bind-uncertain holding"},
