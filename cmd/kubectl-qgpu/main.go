@@ -3,7 +3,7 @@
 //
 //	kubectl qgpu nodes     cards per node: model, memory and cores used/free, pods
 //	kubectl qgpu pods      qGPU pods: class, node, cards, slices, agent grant, suspended
-//	kubectl qgpu check     every violated invariant; exits 1 if there is any
+//	kubectl qgpu check     every violated invariant; exits 1 if there is any, 2 if it could not check
 //	kubectl qgpu version   the stamped version (also --version)
 package main
 
@@ -20,7 +20,5 @@ func main() {
 	streams := genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}
 	err := app.NewCommand(streams).Execute()
 	logs.FlushLogs()
-	if err != nil {
-		os.Exit(1)
-	}
+	os.Exit(app.ExitCode(err))
 }

@@ -103,7 +103,7 @@ type Slice struct {
 // Scheme knows the output kinds, for the printers' type setter.
 var Scheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	s.AddKnownTypes(GroupVersion, &NodeCardsList{}, &PodSlicesList{}, &QuotaUsageList{})
+	s.AddKnownTypes(GroupVersion, &NodeCardsList{}, &PodSlicesList{}, &QuotaUsageList{}, &CheckReport{})
 	return s
 }()
 
