@@ -128,7 +128,24 @@ through an enforcement backend.`,
 	}
 	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
 	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
-	cmd.AddCommand(newMPSCommand(), newUninstallCommand(stdout))
+	uninstall := newUninstallCommand(stdout)
+	var ufss cliflag.NamedFlagSets
+	ufss.FlagSet("uninstall").AddFlagSet(uninstall.Flags())
+	cmd.AddCommand(newMPSCommand(), withOwnHelp(uninstall, ufss))
+	return cmd
+}
+
+// withOwnHelp adds the subcommand's flag sections and makes its --help
+// and usage list them: cobra hands a subcommand its parent's help function,
+// which would list the agent's flags (TestSubcommandsOwnFlags), while a
+// subcommand parses only its own. A global section holds --help.
+func withOwnHelp(cmd *cobra.Command, fss cliflag.NamedFlagSets) *cobra.Command {
+	fss.FlagSet("global").BoolP("help", "h", false, "help for "+cmd.Name())
+	for _, fs := range fss.FlagSets {
+		cmd.Flags().AddFlagSet(fs)
+	}
+	cols, _, _ := term.TerminalSize(cmd.OutOrStdout())
+	cliflag.SetUsageAndHelpFunc(cmd, fss, cols)
 	return cmd
 }
 

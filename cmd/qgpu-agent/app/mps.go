@@ -7,6 +7,8 @@ import (
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
+	cliflag "k8s.io/component-base/cli/flag"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce/mpsd"
@@ -17,15 +19,17 @@ import (
 // a tmpfs on systemd hosts, as MPS shared memory must be.
 const DefaultMPSRoot = "/run/qgpu/mps"
 
-// mpsOptions is `qgpu-agent mps-control-daemon`'s command line.
+// mpsOptions is `qgpu-agent mps-control-daemon`'s command line: its own
+// flags and logging, none of the agent's.
 type mpsOptions struct {
 	root, bin, fakeCards, nodeName string
+	logs                           *logsapi.LoggingConfiguration
 }
 
 // newMPSCommand is the MPS control daemon of manifests/mps: its own
 // DaemonSet, so that agent restarts do not stop MPS (agent/enforce/mpsd).
 func newMPSCommand() *cobra.Command {
-	o := &mpsOptions{}
+	o := &mpsOptions{logs: logsapi.NewLoggingConfiguration()}
 	cmd := &cobra.Command{
 		Use:   "mps-control-daemon",
 		Short: "Run one MPS control daemon per card (the mps backend's DaemonSet)",
@@ -36,18 +40,23 @@ for the agent's mps backend. On SIGTERM it quits the daemons and sets the
 cards back to DEFAULT. docs/backend-mps.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := logsapi.ValidateAndApply(o.logs, nil); err != nil {
+				return err
+			}
 			if !cmd.Flags().Changed("mps-control-bin") && o.fakeCards != "" {
 				o.bin = ""
 			}
 			return o.run(cmd.Context())
 		},
 	}
-	fs := cmd.Flags()
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("MPS daemon")
 	fs.StringVar(&o.root, "mps-root", DefaultMPSRoot, "host directory shared with the agent (its --mps-root), on a tmpfs")
 	fs.StringVar(&o.bin, "mps-control-bin", "nvidia-cuda-mps-control", `the MPS control binary (the NVIDIA container runtime mounts it with the compute capability); with --fake-cards the default is "": no daemon runs and the cards are only marked ready`)
 	fs.StringVar(&o.fakeCards, "fake-cards", "", "simulate cards instead of NVML, as the agent's --fake-cards")
 	fs.StringVar(&o.nodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME; seeds the fake cards' UUIDs)")
-	return cmd
+	logsapi.AddFlags(o.logs, fss.FlagSet("logs"))
+	return withOwnHelp(cmd, fss)
 }
 
 func (o *mpsOptions) run(ctx context.Context) error {
