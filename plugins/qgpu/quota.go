@@ -3,6 +3,7 @@ package qgpu
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -118,11 +119,12 @@ func (p *QGPU) quotaReserve(pod *v1.Pod, class protocol.Class, cards []ledger.Ca
 }
 
 // watchQuota feeds the tally's limits from the qgpu-quota ConfigMap, with
-// an informer of that one object (RBAC: get, list and watch on it alone;
-// manifests/scheduler/rbac.yaml).
+// an informer of that one object in the scheduler's namespace (RBAC: get,
+// list and watch on it alone; manifests/scheduler/rbac.yaml).
 func (s *shared) watchQuota(ctx context.Context, h framework.Handle) (cache.InformerSynced, error) {
+	ns := quota.Namespace(os.Getenv)
 	f := informers.NewSharedInformerFactoryWithOptions(h.ClientSet(), 0,
-		informers.WithNamespace(quota.ConfigMapNamespace),
+		informers.WithNamespace(ns),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", quota.ConfigMapName).String()
 		}))
@@ -133,7 +135,7 @@ func (s *shared) watchQuota(ctx context.Context, h framework.Handle) (cache.Info
 		DeleteFunc: func(any) { s.quotaChanged(ctx, h, nil) },
 	})
 	if err != nil {
-		return nil, fmt.Errorf("watching %s/%s: %w", quota.ConfigMapNamespace, quota.ConfigMapName, err)
+		return nil, fmt.Errorf("watching %s/%s: %w", ns, quota.ConfigMapName, err)
 	}
 	f.Start(ctx.Done())
 	return reg.HasSynced, nil

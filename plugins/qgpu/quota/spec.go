@@ -21,11 +21,27 @@ import (
 
 // Where the limits live: one ConfigMap, in the namespace the scheduler and
 // the agent run in, so that writing it takes the rights of that namespace,
-// not of the namespace being limited.
+// not of the namespace being limited. The scheduler reads it in its own
+// namespace (Namespace); ConfigMapNamespace is the shipped one, the
+// default.
 const (
 	ConfigMapNamespace = "qgpu-system"
 	ConfigMapName      = "qgpu-quota"
 )
+
+// NamespaceEnv is the variable manifests/scheduler sets to the scheduler
+// pod's namespace (the downward API).
+const NamespaceEnv = "POD_NAMESPACE"
+
+// Namespace is the namespace of the qgpu-quota ConfigMap the scheduler
+// reads: its own pod's, as NamespaceEnv names it, else ConfigMapNamespace
+// (a scheduler run outside a pod).
+func Namespace(getenv func(string) string) string {
+	if ns := getenv(NamespaceEnv); ns != "" {
+		return ns
+	}
+	return ConfigMapNamespace
+}
 
 // AnyModel is the model key that matches every card model: a limit over
 // all models together.

@@ -110,3 +110,19 @@ func FuzzParseSpec(f *testing.F) {
 		}
 	})
 }
+
+// The scheduler reads qgpu-quota in its own pod's namespace, whatever an
+// overlay names it; outside a pod, in the shipped one.
+func TestNamespace(t *testing.T) {
+	for env, want := range map[string]string{"": ConfigMapNamespace, "gpu-infra": "gpu-infra"} {
+		getenv := func(k string) string {
+			if k == NamespaceEnv {
+				return env
+			}
+			return ""
+		}
+		if got := Namespace(getenv); got != want {
+			t.Errorf("POD_NAMESPACE %q: namespace %q, want %q", env, got, want)
+		}
+	}
+}
