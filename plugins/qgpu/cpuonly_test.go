@@ -105,10 +105,10 @@ func TestCPUOnlyPodsKeepOffFreeCards(t *testing.T) {
 	}
 }
 
-// The pod informer counts, from a cold start, the pods other schedulers
-// bind to qGPU nodes: not those bound before the scheduler started, not
-// those on nodes without cards, not qGPU pods (the scheduler's own,
-// counted in Reserve), and a pod once.
+// The pod informer counts the pods other schedulers bind to qGPU nodes,
+// those bound before the scheduler started too (since 2026-11-27; before,
+// neither "before" nor the assigned pod "ours" counted), not those on
+// nodes without cards, and a pod once.
 func TestWatchLearnsOtherSchedulersPods(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -142,8 +142,10 @@ func TestWatchLearnsOtherSchedulersPods(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return p.workload.Load() != nil })
-	if n := p.workload.Load().Len(); n != 1 {
-		t.Fatalf("%d shapes learned, want 1 (the pod another scheduler bound to a qGPU node)", n)
+	waitFor(t, func() bool { return p.workload.Load().Len() == 3 })
+	want := learnedFrom(t, cpuPod("before", "gpu", 1000), boundPod("ours", "gpu", "uid-ours", protocol.Slice{MemoryGiB: 4, Cores: 40}), other)
+	if !sameWorkload(p, want) {
+		t.Fatalf("workload %+v, want the shapes of before, ours and other, each once: %+v", p.workload.Load(), want.Load())
 	}
 	if p.workload.ObservePod(other.UID, nil, 2000) {
 		t.Fatal("the pod was counted again")

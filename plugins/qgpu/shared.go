@@ -16,6 +16,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/config/args"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/quota"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/typical"
 )
 
@@ -36,6 +37,9 @@ type shared struct {
 	// nil drops them.
 	recorder events.EventRecorder
 	synced   []cache.InformerSynced
+	// parseOpts reads the requests of bound pods for the workload (the
+	// first profile's vocabulary settings; learn.go).
+	parseOpts request.Options
 	// maxPodsPerCard is the rule the ledger was built with; every profile
 	// must agree on it.
 	maxPodsPerCard int32
@@ -88,6 +92,7 @@ func newShared(a *args.QGPUArgs, activate func(klog.Logger, map[string]*v1.Pod))
 		waiting:        newWaitingPods(activate),
 		quota:          quota.NewTally(),
 		maxPodsPerCard: a.MaxPodsPerCard,
+		parseOpts:      newVocabularies(a).opts,
 		profiles:       1,
 	}
 	s.ledger.SetWatcher(quota.Feed{Tally: s.quota})

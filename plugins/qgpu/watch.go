@@ -15,7 +15,9 @@ import (
 )
 
 // watch feeds the ledger from the scheduler's informers: node inventories,
-// and the assignments of bound pods (the rebuild after a restart). Terminal
+// and the assignments of bound pods (the rebuild after a restart); and the
+// workload from the bound pods, those in the informer's initial list once
+// it has synced (learn.go). Terminal
 // and deleted pods free their slices at once (the scheduler's pod informer
 // drops terminal pods, so they arrive as deletes). These handlers are the
 // only writers of the ledger besides Reserve and Unreserve: the queueing
@@ -62,7 +64,9 @@ func (s *shared) watch(ctx context.Context, h framework.Handle) error {
 	if err != nil {
 		return fmt.Errorf("watching pods: %w", err)
 	}
-	s.synced = []cache.InformerSynced{nodes.HasSynced, pods.HasSynced}
+	learned := make(chan struct{})
+	go s.learnCluster(ctx, f.Core().V1().Pods().Informer().GetStore(), learned, nodes.HasSynced, pods.HasSynced)
+	s.synced = []cache.InformerSynced{nodes.HasSynced, pods.HasSynced, closed(learned)}
 	return nil
 }
 
@@ -171,26 +175,6 @@ func (s *shared) settle(logger klog.Logger, pod *v1.Pod) {
 		logger.V(2).Info("Binding with an unknown outcome was not written; qGPU slices freed", "pod", klog.KObj(pod), "resourceVersion", pod.ResourceVersion)
 		s.waiting.wake(logger, true)
 	}
-}
-
-// learnBound counts a pod that was just bound (old unbound, or nil for a
-// pod that arrived bound after the informer's initial list) without a qGPU
-// assignment in the workload, as a CPU-only shape (learnCPUOnly): pods other
-// schedulers place on qGPU nodes take CPU there too. Pods bound before the
-// scheduler started are not counted: it learns from a cold start, as the
-// trace replay does. A pod this scheduler placed was counted in Reserve,
-// and the learner counts no pod twice.
-func (s *shared) learnBound(old, pod *v1.Pod) {
-	if pod.Spec.NodeName == "" || (old != nil && old.Spec.NodeName != "") {
-		return
-	}
-	if _, ok := pod.Annotations[protocol.AnnotationAssignment]; ok {
-		return
-	}
-	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		return
-	}
-	s.learnCPUOnly(pod.UID, pod.Spec.NodeName, podCPU(pod))
 }
 
 func trustedAssignment(pod *v1.Pod, raw string) (*protocol.Assignment, error) {

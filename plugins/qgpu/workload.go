@@ -38,7 +38,7 @@ func (p *QGPU) env(s *cycleState, ni fwk.NodeInfo) placement.Env {
 // cards: the workload the policies leave room for is what competes for
 // those nodes' CPU and cards, whoever placed it. Reserve calls it for the
 // pods this scheduler places, the pod informer for those other schedulers
-// bind (learnBound).
+// bind (learn.go).
 func (s *shared) learnCPUOnly(uid types.UID, node string, cpu int64) {
 	if s.ledger.HasCards(node) {
 		s.workload.ObservePod(uid, nil, cpu)

@@ -2,9 +2,12 @@
 // general pods placed, CPU-only pods included, for the fragmentation-aware
 // policies: FGD measures fragmentation against the workload's typical pods.
 // The scheduler plugin feeds its Learner in Reserve, and from its pod
-// informer with the pods other schedulers bind to qGPU nodes; the trace
-// replay's online mode feeds one as Reserve does, so both start cold and
-// learn alike.
+// informer with every pod bound to a qGPU node: those bound before it
+// started (counted once the informers have synced, so a restarted or
+// newly elected scheduler starts from the cluster's shapes) and those
+// other schedulers, or the leader seen from a standby, bind since. The
+// trace replay's online mode feeds one as Reserve does, and its
+// --failover-at rebuilds one from the bound pods as the plugin does.
 package typical
 
 import (
@@ -92,6 +95,20 @@ func (l *Learner) ObservePod(uid types.UID, req *request.Request, podCPU int64) 
 	l.counted[uid] = struct{}{}
 	l.count(req, podCPU)
 	return true
+}
+
+// Publish rebuilds the snapshot from the counts now, however few pods
+// were counted since the last one: after a batch (the cluster's bound pods
+// counted at start), the workload is all of it at once, not up to
+// RelearnEvery-1 pods behind. A learner that counted nothing stays cold.
+func (l *Learner) Publish() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.total == 0 {
+		return
+	}
+	l.pending = 0
+	l.current.Store(l.snapshot())
 }
 
 // isShape reports whether a pod of req (nil: no qGPU request) is a shape

@@ -105,3 +105,27 @@ func TestLearnerRelearnsEvery(t *testing.T) {
 		t.Fatalf("a rare shape is typical: %d shapes, want 1", w.Len())
 	}
 }
+
+// Publish makes every pod counted so far part of the workload at once
+// (the batch of bound pods counted at start), where counting alone
+// republishes only every RelearnEvery pods; a cold learner stays cold.
+func TestLearnerPublish(t *testing.T) {
+	l := NewLearner()
+	l.Publish()
+	if l.Load() != nil {
+		t.Fatal("Publish made a workload of no pods")
+	}
+	for range RelearnEvery {
+		l.Observe(general(4, 10), 1000)
+	}
+	for range RelearnEvery / 2 {
+		l.Observe(general(8, 20), 1000)
+	}
+	if w := l.Load(); w.Len() != 1 {
+		t.Fatalf("%d shapes before Publish, want 1 (the second shape not yet due)", w.Len())
+	}
+	l.Publish()
+	if w := l.Load(); w.Len() != 2 {
+		t.Fatalf("%d shapes after Publish, want 2", w.Len())
+	}
+}
