@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -50,16 +51,14 @@ func ReadKubeletConfig(path string) (Kubelet, error) {
 	if err != nil {
 		return Kubelet{}, fmt.Errorf("reading the kubelet configuration: %w", err)
 	}
-	var cfg struct {
-		Kind         string `json:"kind"`
-		CgroupRoot   string `json:"cgroupRoot"`
-		CgroupDriver string `json:"cgroupDriver"`
-	}
+	// The kubelet's own type: its other fields are read and left alone.
+	var cfg kubeletconfig.KubeletConfiguration
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
 		return Kubelet{}, fmt.Errorf("kubelet configuration %s: %w", path, err)
 	}
-	if cfg.Kind != "KubeletConfiguration" {
-		return Kubelet{}, fmt.Errorf("kubelet configuration %s: kind %q, want KubeletConfiguration", path, cfg.Kind)
+	if gvk := cfg.GroupVersionKind(); gvk != kubeletconfig.SchemeGroupVersion.WithKind("KubeletConfiguration") {
+		return Kubelet{}, fmt.Errorf("kubelet configuration %s: apiVersion %q kind %q, want %s KubeletConfiguration",
+			path, cfg.APIVersion, cfg.Kind, kubeletconfig.SchemeGroupVersion)
 	}
 	k := Kubelet{CgroupRoot: cfg.CgroupRoot, Driver: cfg.CgroupDriver}
 	if k.Driver == "" {

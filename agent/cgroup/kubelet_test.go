@@ -59,9 +59,11 @@ func TestReadKubeletConfig(t *testing.T) {
 	}{
 		{"systemd with root", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: systemd\ncgroupRoot: /custom.slice\n",
 			Kubelet{CgroupRoot: "/custom.slice", Driver: DriverSystemd}, ""},
-		{"defaults", "kind: KubeletConfiguration\n", Kubelet{Driver: DriverCgroupfs}, ""},
-		{"bad driver", "kind: KubeletConfiguration\ncgroupDriver: upstart\n", Kubelet{}, `kubelet cgroup driver "upstart"`},
-		{"relative root", "kind: KubeletConfiguration\ncgroupRoot: pods\n", Kubelet{}, `kubelet cgroup root "pods"`},
+		{"defaults", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n", Kubelet{Driver: DriverCgroupfs}, ""},
+		{"bad driver", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupDriver: upstart\n", Kubelet{}, `kubelet cgroup driver "upstart"`},
+		// The kubelet refuses a file without its group and version; so does the agent.
+		{"no apiVersion", "kind: KubeletConfiguration\ncgroupDriver: systemd\n", Kubelet{}, `want kubelet.config.k8s.io/v1beta1 KubeletConfiguration`},
+		{"relative root", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\ncgroupRoot: pods\n", Kubelet{}, `kubelet cgroup root "pods"`},
 		{"not a kubelet config", "kind: Pod\n", Kubelet{}, `kind "Pod"`},
 		{"not yaml", "\t:::", Kubelet{}, "kubelet configuration"},
 	} {
