@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -24,9 +26,19 @@ const (
 	CDIVendor = "qgpu.io"
 	CDIClass  = "container"
 	// CDICardKind is the kind of the node's NVIDIA spec (nvidia-ctk cdi
-	// generate), whose devices are named by card UUID.
+	// generate): devices named by NVML index, and by card UUID too from
+	// toolkit v1.15 (--device-name-strategy defaults to index and uuid).
 	CDICardKind = "nvidia.com/gpu"
+	// CDIDevicePluginKind is the kind NVIDIA's device plugin writes under
+	// its cdi strategies (GPU Operator nodes carry it): devices named by
+	// UUID, or by index with --device-id-strategy=index, and "all".
+	CDIDevicePluginKind = "k8s.device-plugin.nvidia.com/gpu"
 )
+
+// DefaultCDICardKinds are the kinds a card's device is looked up under,
+// the preferred first. GPU Operator's management.nvidia.com/gpu is not
+// among them: it holds only "all", every card of the node.
+var DefaultCDICardKinds = []string{CDICardKind, CDIDevicePluginKind}
 
 // ErrCDIDeviceMissing: a card has no device in the node's CDI specs; the
 // runtime would refuse the container, so the Allocate is refused first.
@@ -38,6 +50,7 @@ var ErrCDIDeviceMissing = errors.New("card missing from the node's CDI specs")
 type CDISpecs struct {
 	dir      string
 	nodeDirs []string
+	kinds    []string   // where a card's device is looked up, the preferred first
 	own      *cdi.Cache // writes into dir
 	node     *cdi.Cache // reads nodeDirs
 
@@ -45,7 +58,9 @@ type CDISpecs struct {
 }
 
 // NewCDISpecs checks the directories and opens the caches; dir is created.
-func NewCDISpecs(dir string, nodeDirs []string) (*CDISpecs, error) {
+// cardKinds are the kinds a card's device is looked up under, the
+// preferred first; none is DefaultCDICardKinds.
+func NewCDISpecs(dir string, nodeDirs []string, cardKinds ...string) (*CDISpecs, error) {
 	if dir == "" || !filepath.IsAbs(dir) {
 		return nil, fmt.Errorf("--cdi-spec-dir %q must be an absolute path", dir)
 	}
@@ -55,6 +70,15 @@ func NewCDISpecs(dir string, nodeDirs []string) (*CDISpecs, error) {
 	for _, d := range nodeDirs {
 		if !filepath.IsAbs(d) {
 			return nil, fmt.Errorf("--cdi-node-spec-dirs: %q must be an absolute path", d)
+		}
+	}
+	if len(cardKinds) == 0 {
+		cardKinds = DefaultCDICardKinds
+	}
+	for _, k := range cardKinds {
+		vendor, class := parser.ParseQualifier(k)
+		if err := errors.Join(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil || class == "" {
+			return nil, fmt.Errorf("CDI card kind %q: must be <vendor>/<class>: %v", k, err)
 		}
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -71,27 +95,47 @@ func NewCDISpecs(dir string, nodeDirs []string) (*CDISpecs, error) {
 		// Missing directories are not fatal: a card lookup says which.
 		node = nil
 	}
-	return &CDISpecs{dir: dir, nodeDirs: nodeDirs, own: own, node: node}, nil
+	return &CDISpecs{dir: dir, nodeDirs: nodeDirs, kinds: slices.Clone(cardKinds), own: own, node: node}, nil
 }
 
 // Dir is where the agent writes its specs.
 func (c *CDISpecs) Dir() string { return c.dir }
 
-// CardDevices returns the CDI names of the slices' cards
-// (nvidia.com/gpu=<uuid>), each checked against the node's specs.
+// CardDevices returns the CDI name of each slice's card in the node's
+// specs (nvidia.com/gpu=<uuid> where nvidia-ctk wrote it).
 func (c *CDISpecs) CardDevices(slices []protocol.Slice) ([]string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var names []string
 	for _, s := range slices {
-		name := parser.QualifiedName("nvidia.com", "gpu", s.UUID)
-		if !c.resolvable(name) {
-			return nil, fmt.Errorf("%w: no CDI device %s in %s (generate the node's spec: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml; docs/backend-env.md)",
-				ErrCDIDeviceMissing, name, strings.Join(c.nodeDirs, ", "))
+		name, tried := c.cardDevice(s)
+		if name == "" {
+			return nil, fmt.Errorf("%w: none of the CDI devices %s in %s (generate the node's spec: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml; docs/backend-env.md)",
+				ErrCDIDeviceMissing, strings.Join(tried, ", "), strings.Join(c.nodeDirs, ", "))
 		}
 		names = append(names, name)
 	}
 	return names, nil
+}
+
+// cardDevice finds the card's device under each kind, by UUID first, then
+// by NVML index (nvidia-ctk before v1.15, the device plugin with
+// --device-id-strategy=index): a UUID names one card whatever happened
+// since the spec was written, an index another card once cards were
+// replaced. Only a card's own name is looked up, never "all", so no answer
+// gives a container every card of the node.
+func (c *CDISpecs) cardDevice(s protocol.Slice) (name string, tried []string) {
+	for _, id := range []string{s.UUID, strconv.Itoa(s.Index)} {
+		for _, kind := range c.kinds {
+			vendor, class := parser.ParseQualifier(kind)
+			n := parser.QualifiedName(vendor, class, id)
+			if c.resolvable(n) {
+				return n, nil
+			}
+			tried = append(tried, n)
+		}
+	}
+	return "", tried
 }
 
 // resolvable looks name up, reading the node's specs again once when it is

@@ -357,3 +357,104 @@ func FuzzParseSpecFileName(f *testing.F) {
 		}
 	})
 }
+
+// nodeSpec writes one spec into dir as the named tool lays it out: a
+// device per name (a card's node: "0" and "GPU-0" are card 0), plus "all"
+// with every card's node, and nvidiactl for any of them.
+func nodeSpec(t *testing.T, dir, file, kind string, names ...string) {
+	t.Helper()
+	node := func(i int) *cdispec.DeviceNode {
+		return &cdispec.DeviceNode{Path: "/dev/nvidia" + strconv.Itoa(i), Type: "c", Major: 195, Minor: int64(i)}
+	}
+	spec := &cdispec.Spec{Version: "0.5.0", Kind: kind, ContainerEdits: cdispec.ContainerEdits{
+		Env:         []string{"NVIDIA_VISIBLE_DEVICES=void"},
+		DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidiactl", Type: "c", Major: 195, Minor: 255}}}}
+	for _, n := range names {
+		i, err := strconv.Atoi(strings.TrimPrefix(n, "GPU-"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: n, ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node(i)}}})
+	}
+	spec.Devices = append(spec.Devices, cdispec.Device{Name: "all", ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node(0), node(1)}}})
+	w, err := cdi.NewCache(cdi.WithSpecDirs(dir), cdi.WithAutoRefresh(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WriteSpec(spec, file); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCDICardOnGPUOperatorNodes: the card's device is found in the specs
+// the node's tools wrote, under any kind a GPU Operator node has, by UUID
+// before index, the preferred kind first; never "all" (the container gets
+// only its card's node).
+func TestCDICardOnGPUOperatorNodes(t *testing.T) {
+	type spec struct{ file, kind string }
+	var (
+		ctk        = spec{"nvidia.yaml", CDICardKind}                                    // nvidia-ctk cdi generate
+		plugin     = spec{"k8s.device-plugin.nvidia.com-gpu.json", CDIDevicePluginKind}  // NVIDIA's device plugin, cdi-cri
+		management = spec{"management.nvidia.com-gpu.yaml", "management.nvidia.com/gpu"} // GPU Operator's toolkit
+	)
+	type written struct {
+		s     spec
+		names []string
+	}
+	tests := []struct {
+		name  string
+		specs []written
+		kinds []string
+		want  string // "" : refused
+	}{
+		{"nvidia-ctk v1.15 and later: index and UUID", []written{{ctk, []string{"0", "1", "GPU-0", "GPU-1"}}}, nil, "nvidia.com/gpu=GPU-1"},
+		{"nvidia-ctk before v1.15: index only", []written{{ctk, []string{"0", "1"}}}, nil, "nvidia.com/gpu=1"},
+		{"GPU Operator: management and the device plugin's by UUID", []written{{management, nil}, {plugin, []string{"GPU-0", "GPU-1"}}}, nil,
+			"k8s.device-plugin.nvidia.com/gpu=GPU-1"},
+		{"the device plugin by index", []written{{management, nil}, {plugin, []string{"0", "1"}}}, nil, "k8s.device-plugin.nvidia.com/gpu=1"},
+		{"both by UUID: the preferred kind", []written{{plugin, []string{"GPU-0", "GPU-1"}}, {ctk, []string{"0", "1", "GPU-0", "GPU-1"}}}, nil,
+			"nvidia.com/gpu=GPU-1"},
+		{"a UUID before an index", []written{{ctk, []string{"0", "1"}}, {plugin, []string{"GPU-0", "GPU-1"}}}, nil,
+			"k8s.device-plugin.nvidia.com/gpu=GPU-1"},
+		{"another kind preferred", []written{{plugin, []string{"GPU-0", "GPU-1"}}, {ctk, []string{"GPU-0", "GPU-1"}}},
+			[]string{CDIDevicePluginKind, CDICardKind}, "k8s.device-plugin.nvidia.com/gpu=GPU-1"},
+		{"management only: all is no card's", []written{{management, nil}}, nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			static, dynamic := t.TempDir(), t.TempDir()
+			for _, w := range tc.specs {
+				nodeSpec(t, static, w.s.file, w.s.kind, w.names...)
+			}
+			specs, err := NewCDISpecs(dynamic, []string{static, dynamic}, tc.kinds...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := specs.CardDevices([]protocol.Slice{shared})
+			if tc.want == "" {
+				if !errors.Is(err, ErrCDIDeviceMissing) {
+					t.Fatalf("got %v, %v; want ErrCDIDeviceMissing", got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff([]string{tc.want}, got); diff != "" {
+				t.Fatalf("devices (-want +got):\n%s", diff)
+			}
+			s := injectOver(t, specs, static, got, nil)
+			var nodes []string
+			for _, n := range s.Linux.Devices {
+				nodes = append(nodes, n.Path)
+			}
+			sort.Strings(nodes)
+			if diff := cmp.Diff([]string{"/dev/nvidia1", "/dev/nvidiactl"}, nodes); diff != "" {
+				t.Errorf("device nodes (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if _, err := NewCDISpecs(t.TempDir(), []string{t.TempDir()}, "gpu"); err == nil {
+		t.Error("a card kind without a class: no error")
+	}
+}
