@@ -2,6 +2,7 @@
 // reports, per policy, the share of GPU capacity allocated as arrivals grow.
 //
 //	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--typical trace|online] [--out DIR]
+//	go run ./test/replay --nodes N.csv --pods P.csv --typical online --failover-at 90 [--failover-learner rebuilt|cold] ...
 //	go run ./test/replay validate --traces DIR [--seeds 42-51]
 package main
 
@@ -40,10 +41,13 @@ func main() {
 	flag.IntVar(&classes.MixedPct, "mixed-nodes", 0, "qgpu mode: percent of nodes labelled mixed (online and offline pods fit only there)")
 	flag.IntVar(&classes.SharedPct, "class-pods", 0, "qgpu mode: percent of the pods taking part of one card that are online or offline (half each)")
 	flag.BoolVar(&classes.MixedAlike, "mixed-alike", false, "qgpu mode: general pods treat mixed nodes as any other (the baseline: without keeping off them)")
+	var failover sim.Failover
+	flag.IntVar(&failover.Pct, "failover-at", 0, "with --typical online: the scheduler fails over once this % of the GPU capacity is allocated; prints the allocation@130 with it minus without as 'failover diff X' (0: no failover)")
+	flag.StringVar((*string)(&failover.Learner), "failover-learner", string(sim.Rebuilt), "what the new scheduler's learner starts from: rebuilt (every bound pod, as the plugin) or cold (none, the plugin before 2026-11-27)")
 	flag.Parse()
 	policies, err := parsePolicies(*policyFlag, *profile, sim.Mode(*modeFlag))
 	if err == nil {
-		base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Typical: sim.Typical(*typical), Classes: classes, MaxArrivalPct: 130}
+		base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Typical: sim.Typical(*typical), Classes: classes, MaxArrivalPct: 130, Failover: failover}
 		err = run(*nodesPath, *podsPath, policies, *seedsFlag, base, *out)
 	}
 	if err != nil {
@@ -71,6 +75,9 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	if base.Typical != sim.FromTrace && base.Typical != sim.Online {
 		return fmt.Errorf("--typical %q: want trace or online", base.Typical)
 	}
+	if err := checkFailover(base.Failover, base.Typical, policies); err != nil {
+		return err
+	}
 	seeds, err := parseSeeds(seedsFlag)
 	if err != nil {
 		return err
@@ -83,6 +90,8 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	if err != nil {
 		return err
 	}
+	failover := base.Failover
+	base.Failover = sim.Failover{}
 	results := replayAll(nodes, pods, base, policies, seeds)
 	printTable(os.Stdout, base, policies, seeds, results)
 	if out != "" {
@@ -98,6 +107,10 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	}
 	last := summarize(results[policies[len(policies)-1]], 130)
 	fmt.Printf("allocation@130 mean %.2f sd %.2f\n", last.mean, last.sd)
+	if failover.Pct > 0 {
+		base.Failover = failover
+		printFailover(os.Stdout, failover, policies, seeds, results, replayAll(nodes, pods, base, policies, seeds))
+	}
 	return nil
 }
 

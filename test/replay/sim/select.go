@@ -35,6 +35,9 @@ type selector struct {
 	// see them as any other node.
 	mixed      []bool
 	mixedAlike bool
+	// bound are the pods placed, what a restarted scheduler finds bound
+	// (kept when learning online, for failover).
+	bound []boundPod
 }
 
 // TieBreak is how the replay picks among nodes with the best score.
@@ -180,5 +183,6 @@ func (s *selector) commit(n int, pod *Pod, req *request.Request) {
 	s.cl.memLeft[n] -= pod.MemoryMiB
 	if s.learner != nil {
 		s.learner.Observe(req, pod.CPUMilli)
+		s.bound = append(s.bound, boundPod{req, pod.CPUMilli})
 	}
 }

@@ -30,6 +30,10 @@ type Config struct {
 	// typical pod shapes from; empty means FromTrace. The ports always
 	// take them from the trace, as the simulator does.
 	Typical Typical
+	// Failover, when its Pct is set, replaces the learner (Typical Online
+	// only) once the GPU allocated reaches Pct % of capacity, as a
+	// scheduler restart or a leader failover does (failover.go).
+	Failover Failover
 }
 
 // Typical is the source of the typical pod shapes.
@@ -54,6 +58,9 @@ type Result struct {
 	// Placed and Failed count arrivals; ClassFailed the online and
 	// offline pods among the failed.
 	Placed, Failed, ClassFailed int
+	// FailedOver is the arrival (index in the arrival order) after which
+	// the learner was replaced; -1 if it never was.
+	FailedOver int
 }
 
 // cluster is the replay's state, one entry per node.
@@ -200,15 +207,19 @@ func Run(cfg Config) Result {
 
 // replay feeds the arrivals to the placer and records the allocation curve.
 func replay(cfg Config, s placer, reqs []*request.Request, arrivals []int, capacity int64) Result {
-	res := Result{Alloc: make([]float64, cfg.MaxArrivalPct+1)}
+	res := Result{Alloc: make([]float64, cfg.MaxArrivalPct+1), FailedOver: -1}
 	sums := make([]float64, cfg.MaxArrivalPct+1)
 	counts := make([]int, cfg.MaxArrivalPct+1)
 	var arrived, allocated int64
-	for _, p := range arrivals {
+	for i, p := range arrivals {
 		pod := &cfg.Pods[p]
 		if s.place(pod, reqs[p]) {
 			allocated += pod.GPUDemand()
 			res.Placed++
+			if sel, ok := s.(*selector); ok && sel.learner != nil && res.FailedOver < 0 && cfg.Failover.due(allocated, capacity) {
+				sel.failover(cfg.Failover.Learner)
+				res.FailedOver = i
+			}
 		} else {
 			res.Failed++
 			if reqs[p].Class != protocol.ClassGeneral {
