@@ -6,7 +6,12 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	schedv1 "k8s.io/kube-scheduler/config/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/qgpu-scheduler/qgpu/config/args"
+	argsv1 "github.com/qgpu-scheduler/qgpu/config/args/v1"
 )
 
 // DefaultSchedulerConfig names the scheduler's configuration as
@@ -24,45 +29,46 @@ const (
 	schedulerDeployment = "qgpu-scheduler"
 )
 
-// schedulerConfig is the part of a KubeSchedulerConfiguration that sets
-// the QGPU plugin's pods-per-card limit.
-type schedulerConfig struct {
-	Profiles []struct {
-		SchedulerName string `json:"schedulerName"`
-		PluginConfig  []struct {
-			Name string `json:"name"`
-			Args struct {
-				MaxPodsPerCard *int32 `json:"maxPodsPerCard"`
-			} `json:"args"`
-		} `json:"pluginConfig"`
-	} `json:"profiles"`
-}
-
 // parseMaxPodsPerCard reads QGPU's maxPodsPerCard from a
-// KubeSchedulerConfiguration: 0 (the rule memory/4) where no profile sets
-// it. Every profile that enables QGPU shares one ledger and must set the
-// same value (the scheduler refuses to start otherwise), so two different
-// values are an error, as is a negative one.
+// KubeSchedulerConfiguration (kube-scheduler's own v1 type, the plugin's
+// args decoded strictly as the plugin's versioned QGPUArgs, so a misspelt
+// field is an error here as it is for the scheduler): 0 (the rule
+// memory/4) where no profile sets it. Every profile that enables QGPU
+// shares one ledger and must set the same value (the scheduler refuses to
+// start otherwise), so two different values are an error, as is a value
+// the plugin's validation refuses.
 func parseMaxPodsPerCard(data []byte) (int, error) {
-	var cfg schedulerConfig
+	var cfg schedv1.KubeSchedulerConfiguration
 	if err := yaml.Unmarshal(data, &cfg); err != nil {
 		return 0, fmt.Errorf("parsing the scheduler configuration: %w", err)
 	}
 	found, value := "", int32(0)
 	for i, p := range cfg.Profiles {
 		for j, pc := range p.PluginConfig {
-			if pc.Name != pluginName || pc.Args.MaxPodsPerCard == nil {
+			if pc.Name != pluginName || len(pc.Args.Raw) == 0 {
 				continue
 			}
-			v := *pc.Args.MaxPodsPerCard
-			path := fmt.Sprintf("profiles[%d].pluginConfig[%d].args.maxPodsPerCard", i, j)
-			if v < 0 {
-				return 0, fmt.Errorf("%s: invalid value %d: must be 0 (memory/4) or more", path, v)
+			path := field.NewPath("profiles").Index(i).Child("pluginConfig").Index(j).Child("args")
+			var a argsv1.QGPUArgs
+			if err := yaml.UnmarshalStrict(pc.Args.Raw, &a); err != nil {
+				return 0, fmt.Errorf("parsing the scheduler configuration: %s: %w", path, err)
+			}
+			if a.MaxPodsPerCard == nil {
+				continue
+			}
+			v := *a.MaxPodsPerCard
+			argsv1.SetDefaults_QGPUArgs(&a)
+			var in args.QGPUArgs
+			if err := argsv1.Convert_v1_QGPUArgs_To_args_QGPUArgs(&a, &in, nil); err != nil {
+				return 0, fmt.Errorf("%s: %w", path, err)
+			}
+			if errs := args.Validate(path, &in); len(errs) > 0 {
+				return 0, errs.ToAggregate()
 			}
 			if found != "" && v != value {
-				return 0, fmt.Errorf("%s: invalid value %d: %s is %d, and every profile must agree", path, v, found, value)
+				return 0, fmt.Errorf("%s: invalid value %d: %s is %d, and every profile must agree", path.Child("maxPodsPerCard"), v, found, value)
 			}
-			found, value = path, v
+			found, value = path.Child("maxPodsPerCard").String(), v
 		}
 	}
 	return int(value), nil

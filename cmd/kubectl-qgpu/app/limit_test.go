@@ -20,7 +20,12 @@ func TestParseMaxPodsPerCard(t *testing.T) {
 		{"profiles agree", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: 3}\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: 3}\n", 3, ""},
 		{"profiles disagree", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: 3}\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: 4}\n", 0,
 			"profiles[1].pluginConfig[0].args.maxPodsPerCard: invalid value 4: profiles[0].pluginConfig[0].args.maxPodsPerCard is 3"},
-		{"negative", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: -1}\n", 0, "profiles[0].pluginConfig[0].args.maxPodsPerCard: invalid value -1"},
+		// The plugin's own validation, in its words.
+		{"negative", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: -1}\n", 0, "profiles[0].pluginConfig[0].args.maxPodsPerCard: Invalid value: -1: must be between 0"},
+		{"above the plugin's bound", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: 2000}\n", 0, "args.maxPodsPerCard: Invalid value: 2000"},
+		{"a policy the plugin refuses beside it", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: 3, nodePolicy: tightest}\n", 0, `args.nodePolicy: Unsupported value: "tightest"`},
+		// Decoded strictly, as the scheduler decodes args: a misspelt field is not a silent default.
+		{"misspelt field", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: 3, maxPodPerCard: 5}\n", 0, `unknown field "maxPodPerCard"`},
 		{"not yaml", "profiles: [", 0, "parsing the scheduler configuration"},
 		{"wrong type", "profiles:\n- pluginConfig:\n  - name: QGPU\n    args: {maxPodsPerCard: many}\n", 0, "parsing the scheduler configuration"},
 	}
