@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -62,7 +63,8 @@ func newQuotaCommand(o *options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "quota",
 		Short: "Per-namespace qGPU quota by GPU model: use against limits",
-		Long: "Per-namespace qGPU quota by GPU model (ConfigMap " + quota.ConfigMapNamespace + "/" + quota.ConfigMapName + "):\n" +
+		Long: "Per-namespace qGPU quota by GPU model (ConfigMap " + quota.ConfigMapName + " in the scheduler's namespace: that of\n" +
+			"--scheduler-config, " + quota.ConfigMapNamespace + " by default):\n" +
 			"what each namespace holds of each limited model against its limit, counted as the scheduler counts it\n" +
 			"(assigned slices of bound pods that have not ended). Reads the ConfigMap, the nodes (card models) and the pods\n" +
 			"of the namespace (-n, or the context's; -A: every namespace).",
@@ -79,7 +81,11 @@ func newQuotaCommand(o *options) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		list, err := s.quotaUsage(cmd.Context(), ns)
+		system, _, ok := strings.Cut(o.schedulerConfig, "/")
+		if !ok || system == "" {
+			return fmt.Errorf("--scheduler-config: invalid value %q: want namespace/name", o.schedulerConfig)
+		}
+		list, err := s.quotaUsage(cmd.Context(), ns, system)
 		if err != nil {
 			return err
 		}
@@ -92,14 +98,15 @@ func newQuotaCommand(o *options) *cobra.Command {
 	return cmd
 }
 
-// quotaUsage reads the limits and counts the namespace's holdings (every
-// namespace when ns is "").
-func (s *source) quotaUsage(ctx context.Context, ns string) (*QuotaUsageList, error) {
-	cm, err := s.client.CoreV1().ConfigMaps(quota.ConfigMapNamespace).Get(ctx, quota.ConfigMapName, metav1.GetOptions{})
+// quotaUsage reads the limits from the qgpu-quota ConfigMap of the
+// scheduler's namespace (system) and counts the namespace's holdings
+// (every namespace when ns is "").
+func (s *source) quotaUsage(ctx context.Context, ns, system string) (*QuotaUsageList, error) {
+	cm, err := s.client.CoreV1().ConfigMaps(system).Get(ctx, quota.ConfigMapName, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		cm = nil
 	} else if err != nil {
-		return nil, explain(err, "reading ConfigMap "+quota.ConfigMapNamespace+"/"+quota.ConfigMapName)
+		return nil, explain(err, "reading ConfigMap "+system+"/"+quota.ConfigMapName)
 	}
 	specs, errs := quota.ParseConfigMap(cm)
 	if ns != "" {

@@ -97,3 +97,26 @@ func TestQuotaDeepCopy(t *testing.T) {
 		t.Error("changing the copy changed the original")
 	}
 }
+
+// Installed into another namespace (docs/install.md#another-namespace),
+// the limits are read from that namespace's qgpu-quota, named through
+// --scheduler-config as for the pods-per-card limit.
+func TestQuotaOfAnotherNamespace(t *testing.T) {
+	objs := quotaObjs(t, map[string]string{"team-a": "T4: {memoryGiB: 99}"})
+	mine := &v1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "gpu-infra", Name: quota.ConfigMapName},
+		Data: map[string]string{"team-a": "T4: {memoryGiB: 10}"}}
+	out, _, _, err := run(t, append(objs, mine), nil, "quota", "-n", "team-a", "-o", "json", "--scheduler-config=gpu-infra/qgpu-scheduler-config")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got QuotaUsageList
+	if err := json.Unmarshal([]byte(out), &got); err != nil || len(got.Items) != 1 {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if l := got.Items[0].MemoryGiBLimit; l == nil || *l != 10 {
+		t.Errorf("limit %v, want gpu-infra's 10 GiB:\n%s", l, out)
+	}
+	if _, _, _, err := run(t, objs, nil, "quota", "--scheduler-config=nonsense"); err == nil || !strings.Contains(err.Error(), `--scheduler-config: invalid value "nonsense"`) {
+		t.Errorf("a --scheduler-config without a namespace: %v", err)
+	}
+}
