@@ -4,6 +4,7 @@
 //	kubectl qgpu nodes     cards per node: model, memory and cores used/free, pods
 //	kubectl qgpu pods      qGPU pods: class, node, cards, slices, agent grant, suspended
 //	kubectl qgpu check     every violated invariant; exits 1 if there is any, 2 if it could not check
+//	kubectl qgpu quota     per-namespace quota by GPU model: use against limits
 //	kubectl qgpu version   the stamped version (also --version)
 package main
 
