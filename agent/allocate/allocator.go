@@ -93,6 +93,7 @@ func (a *Allocator) Allocate(ctx context.Context, resource string, deviceIDs []s
 	if err != nil {
 		return nil, fmt.Errorf("enforcement backend: %w", err)
 	}
+	backend = enforce.Editing(backend)
 	c, err := a.route(ctx, resource, deviceIDs)
 	if err != nil {
 		return nil, err
@@ -256,7 +257,13 @@ func (a *Allocator) withinCapacity(ctx context.Context, g store.Grant) error {
 // answer is the backend's answer for the grant, plus the device nodes of its
 // cards on the memory call.
 func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, g store.Grant, policy protocol.Policy) (*pluginapi.ContainerAllocateResponse, error) {
-	resp, err := backend.Allocate(requestOf(g, policy))
+	return a.answerEdited(ctx, backend, requestOf(g, policy))
+}
+
+// answerEdited is answer for a request that may carry an Edit.
+func (a *Allocator) answerEdited(ctx context.Context, backend enforce.Backend, req enforce.Request) (*pluginapi.ContainerAllocateResponse, error) {
+	g := store.Grant{Resource: req.Resource, Slices: req.Slices, Namespace: req.Namespace, Name: req.Pod, Container: req.Container}
+	resp, err := backend.Allocate(req)
 	if err != nil || a.Devices == nil || g.Resource != protocol.ResourceMemory {
 		return resp, err
 	}

@@ -95,13 +95,20 @@ func (a *Allocator) allocateVocabulary(ctx context.Context, backend enforce.Back
 // nodes) merged with its core answer, adjusted to what the vocabulary's
 // system promises (enforce.VocabularyEnv).
 func (a *Allocator) answerVocabulary(ctx context.Context, backend enforce.Backend, mem store.Grant, policy protocol.Policy, pod *v1.Pod, resource string) (*pluginapi.ContainerAllocateResponse, error) {
-	resp, err := a.answer(ctx, backend, mem, policy)
+	// The adjustment rides on both requests, so that the backend's delivery
+	// (a CDI spec per answer) carries it.
+	edit := func(envs map[string]string) { enforce.VocabularyEnv(resource, pod, mem.Container, mem.Slices, envs) }
+	memReq := requestOf(mem, policy)
+	memReq.Edit = edit
+	resp, err := a.answerEdited(ctx, backend, memReq)
 	if err != nil {
 		return nil, err
 	}
 	core := mem
 	core.Resource = protocol.ResourceCore
-	extra, err := backend.Allocate(requestOf(core, policy))
+	coreReq := requestOf(core, policy)
+	coreReq.Edit = edit
+	extra, err := backend.Allocate(coreReq)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +120,13 @@ func (a *Allocator) answerVocabulary(ctx context.Context, backend enforce.Backen
 	}
 	resp.Mounts = append(resp.Mounts, extra.Mounts...)
 	resp.Devices = append(resp.Devices, extra.Devices...)
-	enforce.VocabularyEnv(resource, pod, mem.Container, mem.Slices, resp.Envs)
+	resp.CdiDevices = append(resp.CdiDevices, extra.CdiDevices...)
+	for k, v := range extra.Annotations {
+		if resp.Annotations == nil {
+			resp.Annotations = map[string]string{}
+		}
+		resp.Annotations[k] = v
+	}
 	return resp, nil
 }
 

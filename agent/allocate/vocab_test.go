@@ -9,7 +9,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request/vocab"
 )
@@ -145,5 +147,37 @@ func TestAllocatorRepeatedVocabularyCall(t *testing.T) {
 	}
 	if diff := cmp.Diff(first.Envs, again.Envs); diff != "" {
 		t.Errorf("repeated answer differs (-first +again):\n%s", diff)
+	}
+}
+
+// cdiBackend answers each request as CDI delivery does: a device name per
+// answer, no variables (they are in the spec).
+type cdiBackend struct{}
+
+func (cdiBackend) Name() string { return "cdi" }
+
+func (cdiBackend) Allocate(r enforce.Request) (*pluginapi.ContainerAllocateResponse, error) {
+	return &pluginapi.ContainerAllocateResponse{CdiDevices: []*pluginapi.CDIDevice{{Name: "qgpu.io/container=" + r.Container + "-" + r.Resource}}}, nil
+}
+
+// A vocabulary call is answered with the memory and the core answers
+// together; under CDI delivery each is a device name, and the core's (its
+// compute cap) was dropped: the container ran uncapped.
+func TestVocabularyAnswerCarriesBothCDIDevices(t *testing.T) {
+	pod := vocabPod("hami", 0, []map[string]int64{{vocab.HAMiGPU: 1, vocab.HAMiMemory: 3000, vocab.HAMiCores: 30}},
+		[][]protocol.Slice{{slice(1, 3, 30)}})
+	a, _ := newAllocator(t, filepath.Join(t.TempDir(), "meta.db"), &fakePods{cached: []*v1.Pod{pod}})
+	a.Config = func() (enforce.Backend, protocol.Policy, error) { return cdiBackend{}, protocol.PolicyFixedShare, nil }
+	resp, err := a.Allocate(context.Background(), vocab.HAMiGPU, ids(vocab.HAMiGPU, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, d := range resp.CdiDevices {
+		got = append(got, d.Name)
+	}
+	want := []string{"qgpu.io/container=c1-" + protocol.ResourceMemory, "qgpu.io/container=c1-" + protocol.ResourceCore}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("CDI devices (-want +got):\n%s", diff)
 	}
 }

@@ -35,6 +35,12 @@ type Request struct {
 	Namespace string
 	Pod       string
 	Container string
+	// Edit, when set, adjusts the backend's variables before they are
+	// delivered (a vocabulary's promises: VocabularyEnv). Every delivery
+	// strategy applies it: under CDI the variables move into the
+	// container's spec, where an edit made to the answer afterwards would
+	// never reach the container.
+	Edit func(envs map[string]string)
 }
 
 // Backend builds the container's part of the Allocate response for one resource.

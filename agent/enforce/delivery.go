@@ -81,12 +81,19 @@ func NewDelivery(s Strategy, specs *CDISpecs) (*Delivery, error) {
 	return &Delivery{Strategy: s, CDI: specs}, nil
 }
 
-// Wrap returns b delivering through d.
+// Wrap returns b delivering through d (nil: envvar), with each request's
+// Edit applied to the variables first.
 func (d *Delivery) Wrap(b Backend) Backend {
-	if d == nil || d.Strategy == StrategyEnvvar {
+	return &delivered{inner: b, d: d}
+}
+
+// Editing returns b applying each request's Edit: b itself where it is a
+// delivering backend already (New's), else b without delivery (envvar).
+func Editing(b Backend) Backend {
+	if _, ok := b.(*delivered); ok {
 		return b
 	}
-	return &delivered{inner: b, d: d}
+	return &delivered{inner: b}
 }
 
 type delivered struct {
@@ -102,6 +109,15 @@ func (b *delivered) Allocate(req Request) (*pluginapi.ContainerAllocateResponse,
 	resp, err := b.inner.Allocate(req)
 	if err != nil {
 		return nil, err
+	}
+	if req.Edit != nil {
+		if resp.Envs == nil {
+			resp.Envs = map[string]string{}
+		}
+		req.Edit(resp.Envs)
+	}
+	if b.d == nil {
+		return resp, nil
 	}
 	switch b.d.Strategy {
 	case StrategyVolumeMounts:

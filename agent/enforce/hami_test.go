@@ -10,9 +10,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request/vocab"
 )
 
 // hamiNode is a node's HAMi-core files in a temporary directory: the
@@ -366,4 +369,41 @@ func slicesOf(m map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// A HAMi pod that asks no nvidia.com/gpucores is not throttled (HAMi's
+// rule, VocabularyEnv), also when the answer travels in a CDI spec (the
+// agent's default strategy): the vocabulary's edit rides on the request
+// and is applied before delivery. Applied to the answer afterwards, as
+// before, it found no variables there (they had moved into the spec) and
+// the container kept the backend's 30 % cap.
+func TestVocabularyEditReachesTheCDISpec(t *testing.T) {
+	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{
+		vocab.HAMiGPU: resource.MustParse("1"), vocab.HAMiMemory: resource.MustParse("4096")}}}}}}
+	specs, static := cdiNode(t, "GPU-1")
+	d, err := NewDelivery(StrategyCDICRI, specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := New(NameHAMiCore, Options{HAMi: hamiNode(t, "libvgpu.so"), Delivery: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, res := range []string{protocol.ResourceMemory, protocol.ResourceCore} {
+		r := req(res, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)
+		r.PodUID, r.Container = "uid-1", "c"
+		r.Edit = func(envs map[string]string) { VocabularyEnv(vocab.HAMiGPU, pod, "c", r.Slices, envs) }
+		resp, err := b.Allocate(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, cdiNames(resp)...)
+	}
+	_, sm := hamiCoreLimits(effectiveEnv(injectOver(t, specs, static, names, nil).Process.Env))
+	for i := range hamiCardForms {
+		if sm[i] != 100 {
+			t.Errorf("ordinal %d: SM capped at %d%%, want no cap (100: a HAMi pod without gpucores)", i, sm[i])
+		}
+	}
 }
