@@ -19,8 +19,16 @@ const (
 	HAMiContainerPreload  = "/etc/ld.so.preload"
 	HAMiContainerCacheDir = "/tmp/vgpu"
 	HAMiContainerLockDir  = "/tmp/vgpulock"
+	// HAMiContainerOverrideEnv is the file HAMi-core reads variables from,
+	// over the environment, when its NVML hooks initialise (nvml_preInit,
+	// load_env_from_file): an image that ships one could set what the
+	// agent's answer set. The agent mounts an empty file there, read-only.
+	HAMiContainerOverrideEnv = "/overrideEnv"
 	// HAMiPreloadName is the ld.so.preload the agent writes in the region root.
 	HAMiPreloadName = "ld.so.preload"
+	// HAMiOverrideEnvName is the empty file the agent writes in the region
+	// root and mounts at HAMiContainerOverrideEnv.
+	HAMiOverrideEnvName = "override-env.empty"
 )
 
 // Errors of the hami-core backend.
@@ -71,6 +79,9 @@ func NewHAMiCore(opts HAMiOptions) (*HAMiCore, error) {
 	if err := writeFileIfChanged(h.preloadPath(), []byte(HAMiContainerLib+"\n"), 0o644); err != nil {
 		return nil, fmt.Errorf("hami-core: %w", err)
 	}
+	if err := writeFileIfChanged(h.overrideEnvPath(), nil, 0o644); err != nil {
+		return nil, fmt.Errorf("hami-core: %w", err)
+	}
 	if err := sharedDir(opts.LockDir); err != nil {
 		return nil, fmt.Errorf("hami-core: --hami-lock-dir: %w", err)
 	}
@@ -78,6 +89,10 @@ func NewHAMiCore(opts HAMiOptions) (*HAMiCore, error) {
 }
 
 func (h *HAMiCore) preloadPath() string { return filepath.Join(h.opts.RegionRoot, HAMiPreloadName) }
+
+func (h *HAMiCore) overrideEnvPath() string {
+	return filepath.Join(h.opts.RegionRoot, HAMiOverrideEnvName)
+}
 
 // Name implements Backend.
 func (*HAMiCore) Name() string { return NameHAMiCore }
@@ -116,8 +131,10 @@ func (h *HAMiCore) mounts(req Request) ([]*pluginapi.Mount, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fi, err := os.Stat(h.preloadPath()); err != nil || !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("%w: %s is missing (the agent writes it at start; restart it)", ErrHAMiConfig, h.preloadPath())
+	for _, f := range []string{h.preloadPath(), h.overrideEnvPath()} {
+		if fi, err := os.Stat(f); err != nil || !fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w: %s is missing (the agent writes it at start; restart it)", ErrHAMiConfig, f)
+		}
 	}
 	if err := sharedDir(h.opts.LockDir); err != nil {
 		return nil, fmt.Errorf("hami-core: --hami-lock-dir: %w", err)
@@ -131,6 +148,7 @@ func (h *HAMiCore) mounts(req Request) ([]*pluginapi.Mount, error) {
 		{ContainerPath: HAMiContainerPreload, HostPath: h.preloadPath(), ReadOnly: true},
 		{ContainerPath: HAMiContainerCacheDir, HostPath: dir},
 		{ContainerPath: HAMiContainerLockDir, HostPath: h.opts.LockDir},
+		{ContainerPath: HAMiContainerOverrideEnv, HostPath: h.overrideEnvPath(), ReadOnly: true},
 	}, nil
 }
 

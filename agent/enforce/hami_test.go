@@ -146,6 +146,11 @@ func TestHAMiCoreMemory(t *testing.T) {
 		{ContainerPath: "/etc/ld.so.preload", HostPath: preload, ReadOnly: true},
 		{ContainerPath: "/tmp/vgpu", HostPath: dir},
 		{ContainerPath: "/tmp/vgpulock", HostPath: opts.LockDir},
+		// HAMi-core reads /overrideEnv over the environment: an empty file, read-only.
+		{ContainerPath: "/overrideEnv", HostPath: filepath.Join(opts.RegionRoot, "override-env.empty"), ReadOnly: true},
+	}
+	if b, err := os.ReadFile(filepath.Join(opts.RegionRoot, "override-env.empty")); err != nil || len(b) != 0 {
+		t.Errorf("the mounted /overrideEnv: %q, %v; want an empty file", b, err)
 	}
 	if diff := cmp.Diff(wantEnvs, got.Envs); diff != "" {
 		t.Errorf("envs (-want +got):\n%s", diff)

@@ -11,7 +11,7 @@ import (
 
 // HAMiCore checks what the hami-core backend gives a container
 // (docs/backend-hami-core.md), on top of Container: the library and
-// /etc/ld.so.preload mounted read-only, the preload file naming the
+// /etc/ld.so.preload and an empty /overrideEnv mounted read-only, the preload file naming the
 // library, the region and lock directories mounted writable and writable
 // by the container's user, and CUDA_DEVICE_MEMORY_SHARED_CACHE and
 // CUDA_DEVICE_MEMORY_LIMIT_<i> as the slices say. What the node enforces
@@ -35,7 +35,7 @@ func HAMiCore(p *corev1.Pod, container string, lines []Line, envByCDI bool) []st
 		}
 	}
 	for target, ro := range map[string]bool{"/usr/local/vgpu/libvgpu.so": true, "/etc/ld.so.preload": true,
-		"/tmp/vgpu": false, "/tmp/vgpulock": false} {
+		"/tmp/vgpu": false, "/tmp/vgpulock": false, "/overrideEnv": true} {
 		m, ok := mounts[target]
 		switch {
 		case !ok:

@@ -18,6 +18,7 @@ func hamiGood() []Line {
 		{Kind: "writable", Name: "/tmp/vgpulock"},
 		{Kind: "env", Name: "CUDA_DEVICE_MEMORY_SHARED_CACHE", Value: "/tmp/vgpu/cudevshr.cache"},
 		{Kind: "env", Name: "CUDA_DEVICE_MEMORY_LIMIT_0", Value: "4096m"},
+		{Kind: "mount", Target: "/overrideEnv", RO: true},
 	}
 }
 
@@ -36,6 +37,7 @@ func TestHAMiCore(t *testing.T) {
 	}{
 		{"as set up", pod, func(l []Line) []Line { return l }, "", false},
 		{"no library", pod, func(l []Line) []Line { return l[1:] }, "no mount at /usr/local/vgpu/libvgpu.so", false},
+		{"no empty /overrideEnv over the image's", pod, func(l []Line) []Line { return l[:len(l)-1] }, "no mount at /overrideEnv", false},
 		{"preload writable", pod, func(l []Line) []Line { l[1].RO = false; return l }, "/etc/ld.so.preload mounted read-only=false", false},
 		{"preload names something else", pod, func(l []Line) []Line { l[4].Value = ""; return l }, `/etc/ld.so.preload holds ""`, false},
 		{"region dir read-only", pod, func(l []Line) []Line { l[2].RO = true; return l }, "/tmp/vgpu mounted read-only=true", false},
