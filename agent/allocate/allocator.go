@@ -122,7 +122,7 @@ func (a *Allocator) grantNew(ctx context.Context, backend enforce.Backend, polic
 		}
 		return nil, err
 	}
-	resp, err := a.answer(ctx, backend, g, policy)
+	resp, err := a.answer(ctx, backend, requestOf(g, policy))
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
 	}
@@ -150,7 +150,7 @@ func (a *Allocator) answerAgain(ctx context.Context, backend enforce.Backend, po
 	if isVocabulary(resource) {
 		resp, err = a.answerVocabularyAgain(ctx, backend, g, policy, resource)
 	} else {
-		resp, err = a.answer(ctx, backend, g, policy)
+		resp, err = a.answer(ctx, backend, requestOf(g, policy))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pod %s/%s container %s: %w", g.Namespace, g.Name, g.Container, err)
@@ -254,23 +254,17 @@ func (a *Allocator) withinCapacity(ctx context.Context, g store.Grant) error {
 	return checkCapacity(a.Cards(), grants, livePods(pods), g)
 }
 
-// answer is the backend's answer for the grant, plus the device nodes of its
+// answer is the backend's answer to req, plus the device nodes of its
 // cards on the memory call.
-func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, g store.Grant, policy protocol.Policy) (*pluginapi.ContainerAllocateResponse, error) {
-	return a.answerEdited(ctx, backend, requestOf(g, policy))
-}
-
-// answerEdited is answer for a request that may carry an Edit.
-func (a *Allocator) answerEdited(ctx context.Context, backend enforce.Backend, req enforce.Request) (*pluginapi.ContainerAllocateResponse, error) {
-	g := store.Grant{Resource: req.Resource, Slices: req.Slices, Namespace: req.Namespace, Name: req.Pod, Container: req.Container}
+func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, req enforce.Request) (*pluginapi.ContainerAllocateResponse, error) {
 	resp, err := backend.Allocate(req)
-	if err != nil || a.Devices == nil || g.Resource != protocol.ResourceMemory {
+	if err != nil || a.Devices == nil || req.Resource != protocol.ResourceMemory {
 		return resp, err
 	}
-	specs, missing := a.Devices.Specs(g.Slices)
+	specs, missing := a.Devices.Specs(req.Slices)
 	if len(missing) > 0 {
 		klog.FromContext(ctx).Info("No device node for a granted card; the container gets only what the backend passes",
-			"pod", klog.KRef(g.Namespace, g.Name), "container", g.Container, "cards", missing, "deviceRoot", a.Devices.Root)
+			"pod", klog.KRef(req.Namespace, req.Pod), "container", req.Container, "cards", missing, "deviceRoot", a.Devices.Root)
 	}
 	resp.Devices = append(resp.Devices, specs...)
 	return resp, nil

@@ -100,7 +100,7 @@ func (a *Allocator) answerVocabulary(ctx context.Context, backend enforce.Backen
 	edit := func(envs map[string]string) { enforce.VocabularyEnv(resource, pod, mem.Container, mem.Slices, envs) }
 	memReq := requestOf(mem, policy)
 	memReq.Edit = edit
-	resp, err := a.answerEdited(ctx, backend, memReq)
+	resp, err := a.answer(ctx, backend, memReq)
 	if err != nil {
 		return nil, err
 	}

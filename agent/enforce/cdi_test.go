@@ -145,12 +145,7 @@ func TestCDIDeliveryEnvOverride(t *testing.T) {
 			t.Errorf("after injection %s=%q, want %q", k, env[k], want)
 		}
 	}
-	var nodes []string
-	for _, n := range s.Linux.Devices {
-		nodes = append(nodes, n.Path)
-	}
-	sort.Strings(nodes)
-	if diff := cmp.Diff([]string{"/dev/nvidia1", "/dev/nvidiactl"}, nodes); diff != "" {
+	if diff := cmp.Diff([]string{"/dev/nvidia1", "/dev/nvidiactl"}, deviceNodes(s)); diff != "" {
 		t.Errorf("device nodes (-want +got):\n%s", diff)
 	}
 	mounts := map[string]bool{}
@@ -444,12 +439,7 @@ func TestCDICardOnGPUOperatorNodes(t *testing.T) {
 				t.Fatalf("devices (-want +got):\n%s", diff)
 			}
 			s := injectOver(t, specs, static, got, nil)
-			var nodes []string
-			for _, n := range s.Linux.Devices {
-				nodes = append(nodes, n.Path)
-			}
-			sort.Strings(nodes)
-			if diff := cmp.Diff([]string{"/dev/nvidia1", "/dev/nvidiactl"}, nodes); diff != "" {
+			if diff := cmp.Diff([]string{"/dev/nvidia1", "/dev/nvidiactl"}, deviceNodes(s)); diff != "" {
 				t.Errorf("device nodes (-want +got):\n%s", diff)
 			}
 		})
@@ -457,4 +447,14 @@ func TestCDICardOnGPUOperatorNodes(t *testing.T) {
 	if _, err := NewCDISpecs(t.TempDir(), []string{t.TempDir()}, "gpu"); err == nil {
 		t.Error("a card kind without a class: no error")
 	}
+}
+
+// deviceNodes are the paths of the device nodes a spec gives, sorted.
+func deviceNodes(s *oci.Spec) []string {
+	var nodes []string
+	for _, n := range s.Linux.Devices {
+		nodes = append(nodes, n.Path)
+	}
+	sort.Strings(nodes)
+	return nodes
 }

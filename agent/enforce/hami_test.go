@@ -337,27 +337,7 @@ func TestHAMiCorePodCannotLiftItsLimits(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			specs, static := cdiNode(t, "GPU-1")
-			d, err := NewDelivery(StrategyCDICRI, specs)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := New(NameHAMiCore, Options{HAMi: hamiNode(t, "libvgpu.so"), Delivery: d})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var names []string
-			for _, res := range []string{protocol.ResourceMemory, protocol.ResourceCore} {
-				r := req(res, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)
-				r.PodUID = "uid-1"
-				resp, err := b.Allocate(r)
-				if err != nil {
-					t.Fatal(err)
-				}
-				names = append(names, cdiNames(resp)...)
-			}
-			s := injectOver(t, specs, static, names, tc.env)
-			mem, sm := hamiCoreLimits(effectiveEnv(s.Process.Env))
+			mem, sm := hamiCoreLimits(hamiCoreOverCDI(t, tc.env, nil))
 			for i := range hamiCardForms {
 				if mem[i] != 4<<30 || sm[i] != 30 {
 					t.Errorf("ordinal %d: HAMi-core would cap memory at %d bytes and SM at %d%%, want %d and 30", i, mem[i], sm[i], 4<<30)
@@ -385,6 +365,21 @@ func slicesOf(m map[string]string) []string {
 func TestVocabularyEditReachesTheCDISpec(t *testing.T) {
 	pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Limits: v1.ResourceList{
 		vocab.HAMiGPU: resource.MustParse("1"), vocab.HAMiMemory: resource.MustParse("4096")}}}}}}
+	edit := func(envs map[string]string) { VocabularyEnv(vocab.HAMiGPU, pod, "c", []protocol.Slice{shared}, envs) }
+	_, sm := hamiCoreLimits(hamiCoreOverCDI(t, nil, edit))
+	for i := range hamiCardForms {
+		if sm[i] != 100 {
+			t.Errorf("ordinal %d: SM capped at %d%%, want no cap (100: a HAMi pod without gpucores)", i, sm[i])
+		}
+	}
+}
+
+// hamiCoreOverCDI allocates the shared slice's memory and cores from a
+// hami-core backend delivering through CDI, each request carrying edit
+// (nil: none), and returns the environment the runtime makes of the
+// answers' CDI devices over a pod that sets podEnv itself.
+func hamiCoreOverCDI(t *testing.T, podEnv []string, edit func(map[string]string)) map[string]string {
+	t.Helper()
 	specs, static := cdiNode(t, "GPU-1")
 	d, err := NewDelivery(StrategyCDICRI, specs)
 	if err != nil {
@@ -397,18 +392,12 @@ func TestVocabularyEditReachesTheCDISpec(t *testing.T) {
 	var names []string
 	for _, res := range []string{protocol.ResourceMemory, protocol.ResourceCore} {
 		r := req(res, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)
-		r.PodUID, r.Container = "uid-1", "c"
-		r.Edit = func(envs map[string]string) { VocabularyEnv(vocab.HAMiGPU, pod, "c", r.Slices, envs) }
+		r.PodUID, r.Container, r.Edit = "uid-1", "c", edit
 		resp, err := b.Allocate(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		names = append(names, cdiNames(resp)...)
 	}
-	_, sm := hamiCoreLimits(effectiveEnv(injectOver(t, specs, static, names, nil).Process.Env))
-	for i := range hamiCardForms {
-		if sm[i] != 100 {
-			t.Errorf("ordinal %d: SM capped at %d%%, want no cap (100: a HAMi pod without gpucores)", i, sm[i])
-		}
-	}
+	return effectiveEnv(injectOver(t, specs, static, names, podEnv).Process.Env)
 }

@@ -46,7 +46,10 @@ type Reconciler struct {
 	// (Allocator.Exclusive), so no call is answered and recorded in
 	// between. Without it a record written after the read but listed by
 	// the kubelet was missed, and a stale record of equal devices moved
-	// over it (docs/reliability.md, History of 2026-11-27).
+	// over it (docs/reliability.md, History of 2026-11-27). It is held
+	// through the kubelet's List (up to about 0.6 s of retries while the
+	// kubelet rate-limits): Allocate calls wait that long, as they would
+	// on their own List.
 	Exclusive sync.Locker
 	Recorder  record.EventRecorder
 	// OnChange runs after every pass (metrics refresh).

@@ -96,11 +96,7 @@ func holds(p *v1.Pod, prefix string, mem int) *podresourcesapi.PodResources {
 
 func TestOnce(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	missing, aMissing := pod("missing", 4, 30, 0)
 	wrong, aWrong := pod("wrong", 2, 20, 0)
 	wrong.Annotations[protocol.AnnotationGrant] = wrong.Annotations[protocol.AnnotationAssignment][:10] // garbage
@@ -200,11 +196,7 @@ func drain(rec *record.FakeRecorder) []string {
 func TestOnceDropsTerminalPods(t *testing.T) {
 	for _, phase := range []v1.PodPhase{v1.PodSucceeded, v1.PodFailed} {
 		t.Run(string(phase), func(t *testing.T) {
-			s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer s.Close()
+			s := openStore(t)
 			ended, aEnded := pod("ended", 4, 30, 0)
 			ended.Status.Phase = phase
 			running, aRunning := pod("running", 4, 30, 1)
@@ -407,11 +399,7 @@ func (k racingKubelet) List(context.Context) ([]*podresourcesapi.PodResources, e
 // and the kubelet's list of one instant.
 func TestRecordAnsweredDuringComparisonKept(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	gone, aGone := pod("gone", 2, 9, 1)
 	grantBoth(t, s, gone, aGone, "freed") // the kubelet freed these IDs
 	fresh, aFresh := pod("fresh", 2, 9, 2)
@@ -487,11 +475,7 @@ func (l *lateBinding) Fresh(context.Context) ([]*v1.Pod, error) {
 // onto it meanwhile.
 func TestRecordNewerThanThePodListKept(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openStore(t)
 	late, aLate := pod("late", 2, 9, 0)
 	gone, aGone := pod("gone", 1, 5, 1)
 	grantBoth(t, s, gone, aGone, "gone")
@@ -507,4 +491,15 @@ func TestRecordNewerThanThePodListKept(t *testing.T) {
 	if _, ok, _ := s.Get(string(late.UID), "main", protocol.ResourceMemory); !ok || res.Dropped != 2 {
 		t.Errorf("late's record kept %v, dropped %d (want kept, and gone's 2 records dropped)", ok, res.Dropped)
 	}
+}
+
+// openStore opens a store in the test's directory, closed after the test.
+func openStore(t *testing.T) *store.Store {
+	t.Helper()
+	s, err := store.Open(filepath.Join(t.TempDir(), "meta.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
 }

@@ -6,8 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -117,15 +115,7 @@ func TestWatchLearnsOtherSchedulersPods(t *testing.T) {
 		pod.Spec.SchedulerName, pod.Spec.NodeName = "default-scheduler", node
 		return pod
 	}
-	cs := fake.NewClientset(t4Node("gpu", 2, false), plainNode("plain"), cpuPod("before", "gpu", 1000))
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	pl, err := New(ctx, &args.QGPUArgs{NodePolicy: "fragfit", CardPolicy: "fragfit"}, &fakeHandle{cs: cs, factory: factory})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pl.(*QGPU)
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
+	p, cs := startWatching(t, ctx, t4Node("gpu", 2, false), plainNode("plain"), cpuPod("before", "gpu", 1000))
 	pods := cs.CoreV1().Pods("default")
 	mustCreate := func(pod *v1.Pod) {
 		t.Helper()

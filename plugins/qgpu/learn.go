@@ -46,6 +46,9 @@ func (s *shared) learnPod(pod *v1.Pod) {
 	if pod.Spec.NodeName == "" || pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
 		return
 	}
+	if s.workload.Counted(pod.UID) {
+		return // counted in Reserve: the leader's own pods are not parsed again
+	}
 	raw, ok := pod.Annotations[protocol.AnnotationAssignment]
 	if !ok {
 		s.learnCPUOnly(pod.UID, pod.Spec.NodeName, podCPU(pod))

@@ -166,33 +166,15 @@ func checkConfigHashed(t *testing.T, dir string) [2]string {
 // manifests/: the configuration is the overlay's, under a new name, and
 // the Deployment mounts it.
 func checkConfigOverlay(t *testing.T, root string, shipped [2]string) {
-	doc, err := os.ReadFile(filepath.Join(root, "docs/install.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(doc), "\n## Scheduler configuration\n")
-	_, block, ok := strings.Cut(section, "```yaml\n")
-	block, _, _ = strings.Cut(block, "```")
-	if !ok || !strings.Contains(block, "behavior: replace") {
-		t.Fatalf("docs/install.md: no overlay under \"Scheduler configuration\" (got %q)", block)
-	}
-	tmp := t.TempDir()
-	if err := os.CopyFS(filepath.Join(tmp, "manifests"), os.DirFS(filepath.Join(root, "manifests"))); err != nil {
-		t.Fatal(err)
-	}
+	overlay := docsOverlay(t, root, "Scheduler configuration", t.TempDir())
 	mine := strings.Replace(shipped[1], "maxPodsPerCard: 0", "maxPodsPerCard: 7", 1)
 	if mine == shipped[1] {
 		t.Fatal("the shipped configuration has no \"maxPodsPerCard: 0\" to change")
 	}
-	for name, text := range map[string]string{"kustomization.yaml": block, "config.yaml": mine} {
-		if err := os.MkdirAll(filepath.Join(tmp, "my-qgpu"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(tmp, "my-qgpu", name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(filepath.Join(overlay, "config.yaml"), []byte(mine), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	got := checkConfigHashed(t, filepath.Join(tmp, "my-qgpu"))
+	got := checkConfigHashed(t, overlay)
 	if got[1] != mine || got[0] == shipped[0] {
 		t.Errorf("the overlay of docs/install.md rendered ConfigMap %s (shipped %s) with the overlay's configuration %v", got[0], shipped[0], got[1] == mine)
 	}

@@ -121,24 +121,11 @@ func (o *options) check(cmd *cobra.Command, format string) (*CheckReport, error)
 		}
 		p = printers.NewTypeSetter(Scheme).ToPrinter(jy)
 	}
-	s, err := o.source()
+	r, err := o.readCluster(cmd)
 	if err != nil {
 		return nil, err
 	}
-	ctx := cmd.Context()
-	nodes, err := s.nodes(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	pods, err := s.pods(ctx, "", "")
-	if err != nil {
-		return nil, err
-	}
-	limit, err := o.limit(cmd, s)
-	if err != nil {
-		return nil, err
-	}
-	report := checkReport(view.Build(nodes, pods, limit))
+	report := checkReport(r.view)
 	if p == nil {
 		printCheck(o.streams.Out, report)
 		return report, nil

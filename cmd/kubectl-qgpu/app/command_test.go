@@ -198,14 +198,8 @@ a      general   n1     c:0=4G/10   -         Running   -           -         - 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, errOut, _, err := run(t, cluster(t), tc.forbid, tc.args...)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
+			if wantError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if tc.name == "yaml" {
 				var l PodSlicesList
@@ -220,4 +214,20 @@ a      general   n1     c:0=4G/10   -         Running   -           -         - 
 			}
 		})
 	}
+}
+
+// wantError checks err against want, a part of the message ("" for no
+// error), and says whether the case ends there (an error was wanted).
+func wantError(t *testing.T, err error, want string) bool {
+	t.Helper()
+	if want != "" {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %v, want %q", err, want)
+		}
+		return true
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return false
 }

@@ -63,6 +63,39 @@ func newNodesCommand(o *options) *cobra.Command {
 // pods of all namespaces. The selector filters what is shown, not what is
 // counted (a node left out must not turn into one without a Node object).
 func (o *options) nodeCards(cmd *cobra.Command, sel labels.Selector) (*NodeCardsList, error) {
+	r, err := o.readCluster(cmd)
+	if err != nil {
+		return nil, err
+	}
+	nodes := r.nodes
+	list := nodeCards(r.view, view.SuspendedPods(r.pods), o.node)
+	if sel.Empty() {
+		return list, nil
+	}
+	byName := make(map[string]*v1.Node, len(nodes))
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+	}
+	kept := list.Items[:0]
+	for _, item := range list.Items {
+		if n := byName[item.Name]; n != nil && sel.Matches(labels.Set(n.Labels)) {
+			kept = append(kept, item)
+		}
+	}
+	list.Items = kept
+	return list, nil
+}
+
+// clusterRead is what nodes and check read: every node, every pod (a
+// card's usage counts the pods of all namespaces) and the view built from
+// them with the pods-per-card limit.
+type clusterRead struct {
+	nodes []v1.Node
+	pods  []v1.Pod
+	view  *view.Cluster
+}
+
+func (o *options) readCluster(cmd *cobra.Command) (*clusterRead, error) {
 	s, err := o.source()
 	if err != nil {
 		return nil, err
@@ -80,20 +113,5 @@ func (o *options) nodeCards(cmd *cobra.Command, sel labels.Selector) (*NodeCards
 	if err != nil {
 		return nil, err
 	}
-	list := nodeCards(view.Build(nodes, pods, limit), view.SuspendedPods(pods), o.node)
-	if sel.Empty() {
-		return list, nil
-	}
-	byName := make(map[string]*v1.Node, len(nodes))
-	for i := range nodes {
-		byName[nodes[i].Name] = &nodes[i]
-	}
-	kept := list.Items[:0]
-	for _, item := range list.Items {
-		if n := byName[item.Name]; n != nil && sel.Matches(labels.Set(n.Labels)) {
-			kept = append(kept, item)
-		}
-	}
-	list.Items = kept
-	return list, nil
+	return &clusterRead{nodes: nodes, pods: pods, view: view.Build(nodes, pods, limit)}, nil
 }

@@ -51,14 +51,8 @@ team-b   b     general   n1    c:0=8G/20   -     Running   -     -
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			out, _, _, err := run(t, objs, nil, tc.args...)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
+			if wantError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if strings.HasPrefix(tc.want, "\n") {
 				// Tables: compare the cells, not the padding.

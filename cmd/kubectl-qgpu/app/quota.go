@@ -3,8 +3,8 @@ package app
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"

@@ -38,14 +38,8 @@ func TestSortItems(t *testing.T) {
 				items = append(items, sortItem{Name: string(rune('a' + i)), Value: v})
 			}
 			err := sortItems(items, tc.field)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
+			if wantError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			var got strings.Builder
 			for _, it := range items {

@@ -36,14 +36,8 @@ func TestVerbosityFlag(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			setLevel("0")
 			out, _, _, err := run(t, cluster(t), nil, tc.args...)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error %v, want %q", err, tc.wantErr)
-				}
+			if wantError(t, err, tc.wantErr) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if !strings.HasPrefix(out, tc.wantStdout) {
 				t.Errorf("stdout %q, want %q", out, tc.wantStdout)

@@ -97,6 +97,16 @@ func (l *Learner) ObservePod(uid types.UID, req *request.Request, podCPU int64) 
 	return true
 }
 
+// Counted reports whether ObservePod has counted the pod: a caller that
+// must parse the pod's request first can skip it (the informer, for the
+// pods this scheduler's Reserve counted already).
+func (l *Learner) Counted(uid types.UID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.counted[uid]
+	return ok
+}
+
 // Publish rebuilds the snapshot from the counts now, however few pods
 // were counted since the last one: after a batch (the cluster's bound pods
 // counted at start), the workload is all of it at once, not up to

@@ -129,3 +129,14 @@ func TestLearnerPublish(t *testing.T) {
 		t.Fatalf("%d shapes after Publish, want 2", w.Len())
 	}
 }
+
+func TestCounted(t *testing.T) {
+	l := NewLearner()
+	if l.Counted("a") {
+		t.Fatal("a counted before anything was observed")
+	}
+	l.ObservePod("a", nil, 1000)
+	if !l.Counted("a") || l.Counted("b") {
+		t.Errorf("counted a %v, b %v; want a only", l.Counted("a"), l.Counted("b"))
+	}
+}
