@@ -7,13 +7,16 @@ package agent
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
+	"github.com/qgpu-scheduler/qgpu/agent/cardspec"
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/hamicore"
@@ -31,12 +34,43 @@ func (a *agent) delivery() (*enforce.Delivery, error) {
 	}
 	var specs *enforce.CDISpecs
 	if strategy.CDI() {
+		nodeDirs, kinds := a.cfg.CDINodeSpecDirs, enforce.DefaultCDICardKinds
+		if a.writeCardSpec() {
+			kinds = append([]string{a.cfg.CardSpec.Kind}, kinds...)
+			if !slices.Contains(nodeDirs, a.cfg.CDISpecDir) {
+				nodeDirs = append(slices.Clone(nodeDirs), a.cfg.CDISpecDir)
+			}
+		}
 		var err error
-		if specs, err = enforce.NewCDISpecs(a.cfg.CDISpecDir, a.cfg.CDINodeSpecDirs); err != nil {
+		if specs, err = enforce.NewCDISpecs(a.cfg.CDISpecDir, nodeDirs, kinds...); err != nil {
 			return nil, err
 		}
 	}
 	return enforce.NewDelivery(strategy, specs)
+}
+
+// writeCardSpec writes the agent's per-card CDI spec (agent/cardspec) and
+// says whether its kind is to be looked up. A spec that cannot be written
+// is not fatal: the old one is removed (its index names may be another
+// card's by now) and the cards are looked up in NVIDIA's specs, where an
+// Allocate that finds none says so.
+func (a *agent) writeCardSpec() bool {
+	c := a.cfg.CardSpec
+	if c.Kind == "" {
+		return false
+	}
+	o := cardspec.Options{Kind: c.Kind, Dir: a.cfg.CDISpecDir, DriverRoot: c.DriverRoot, DriverRootCtrPath: c.DriverRootCtrPath,
+		DevRoot: c.DevRoot, DevRootCtrPath: c.DevRootCtrPath, HookPath: c.HookPath, NVML: a.cfg.NVML}
+	res, err := cardspec.Write(o)
+	if err != nil {
+		klog.Background().Error(err, "Writing the agent's card CDI spec; the cards are looked up in NVIDIA's specs only", "kind", c.Kind)
+		if rmErr := os.Remove(filepath.Join(a.cfg.CDISpecDir, cardspec.FileName(c.Kind))); rmErr != nil && !os.IsNotExist(rmErr) {
+			klog.Background().Error(rmErr, "Removing the old card CDI spec")
+		}
+		return false
+	}
+	klog.Background().Info("Wrote the card CDI spec", "path", res.Path, "devices", res.Devices)
+	return true
 }
 
 // startCDISweep removes, every minute, the CDI specs of containers whose

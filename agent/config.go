@@ -39,9 +39,13 @@ type Config struct {
 	DeviceListStrategy string
 	CDISpecDir         string
 	CDINodeSpecDirs    []string
-	MetricsAddr        string // "" disables metrics and the health probes
-	HealthInterval     time.Duration
-	ReconcileInterval  time.Duration
+	// CardSpec is the per-card CDI spec the agent writes into CDISpecDir
+	// at start under a kind of its own (agent/cardspec); its cards are
+	// looked up there first. An empty Kind writes none.
+	CardSpec          CardSpec
+	MetricsAddr       string // "" disables metrics and the health probes
+	HealthInterval    time.Duration
+	ReconcileInterval time.Duration
 	// The online/offline priority controller (agent/priority).
 	PriorityController         bool
 	PriorityPoll, PriorityIdle time.Duration // 0: the controller's defaults
@@ -63,6 +67,17 @@ type Config struct {
 	Started func(metricsAddr net.Addr)
 	// Vocabularies are served on every node besides those its labels enable (vocabularies.go).
 	Vocabularies []string
+}
+
+// CardSpec says where the driver is and which kind the agent's per-card
+// CDI spec has; the Ctr paths are where the agent's container sees the
+// host's DriverRoot and DevRoot. HookPath is nvidia-cdi-hook on the host
+// ("auto": the toolkit's install paths under the driver root, else none).
+type CardSpec struct {
+	Kind                          string
+	DriverRoot, DriverRootCtrPath string
+	DevRoot, DevRootCtrPath       string
+	HookPath                      string
 }
 
 // NodeState is what a Sidecar may read of the running agent.

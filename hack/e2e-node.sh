@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make e2e-node (docs/real-node.md): checks for root, installs runc and the
 # CNI plugins from Debian when missing, builds the pinned containerd
-# (hack/tools/containerd) and the kubelet and kube-controller-manager of the
+# (hack/tools/containerd), NVIDIA's container toolkit
+# (hack/tools/nvidia-container-toolkit) and the kubelet and kube-controller-manager of the
 # pinned k8s.io/kubernetes into _output/bin, the images, then runs
 # test/e2enode, whose last line is the result.
 set -euo pipefail
@@ -39,6 +40,11 @@ echo "e2e-node: building containerd $(awk '/containerd\/containerd\/v2 v/{print 
   github.com/containerd/containerd/v2/cmd/containerd \
   github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
   github.com/containerd/containerd/v2/cmd/ctr
+echo "e2e-node: building NVIDIA's container toolkit $(awk '/NVIDIA\/nvidia-container-toolkit v/{print $NF}' hack/tools/nvidia-container-toolkit/go.mod) (hack/tools/nvidia-container-toolkit)"
+"$GO" -C hack/tools/nvidia-container-toolkit build -o "$PWD/_output/bin/" \
+  github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-container-runtime \
+  github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-cdi-hook \
+  github.com/NVIDIA/nvidia-container-toolkit/cmd/nvidia-ctk
 echo "e2e-node: building kubelet and kube-controller-manager $("$GO" list -m -f '{{.Version}}' k8s.io/kubernetes)"
 "$GO" build -o _output/bin/ k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager
 make -s images e2e-binaries VERSION="$VERSION" IMAGE_REPO="$IMAGE_REPO"

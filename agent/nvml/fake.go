@@ -1,7 +1,9 @@
 package nvml
 
 import (
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,13 +50,24 @@ func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 	}
 	f.InitFunc = func() nvml.Return { return nvml.SUCCESS }
 	f.ShutdownFunc = func() nvml.Return { return nvml.SUCCESS }
-	f.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return "fake-550.00", nvml.SUCCESS }
+	f.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return FakeDriverVersion, nvml.SUCCESS }
 	f.DeviceGetCountFunc = func() (int, nvml.Return) { return len(f.devices), nvml.SUCCESS }
 	f.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 		if i < 0 || i >= len(f.devices) {
 			return nil, nvml.ERROR_INVALID_ARGUMENT
 		}
 		return f.devices[i], nvml.SUCCESS
+	}
+	// What the CDI spec generator (agent/cardspec, NVIDIA's nvcdi) asks
+	// besides discovery: every symbol is there, cards by UUID.
+	f.ExtensionsFunc = func() nvml.ExtendedInterface {
+		return &mock.ExtendedInterface{LookupSymbolFunc: func(string) error { return nil }}
+	}
+	f.DeviceGetHandleByUUIDFunc = func(uuid string) (nvml.Device, nvml.Return) {
+		if i := slices.Index(f.uuids, uuid); i >= 0 {
+			return f.devices[i], nvml.SUCCESS
+		}
+		return nil, nvml.ERROR_NOT_FOUND
 	}
 	f.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
 		return &mock.EventSet{
@@ -64,6 +77,14 @@ func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 	}
 	return f
 }
+
+// FakeDriverVersion is the simulated driver's version: a fake driver root
+// (the e2e node's) holds libcuda.so.<FakeDriverVersion>, where the CDI
+// spec generator looks for the driver's libraries.
+const FakeDriverVersion = "550.54.15"
+
+// UUIDs are the fake cards' UUIDs, by index.
+func (f *Fake) UUIDs() []string { return append([]string(nil), f.uuids...) }
 
 func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 	d := &mock.Device{}
@@ -101,6 +122,7 @@ func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 		m := f.mig[index]
 		return m[0], m[1], nvml.SUCCESS
 	}
+	cdiQueries(d, index)
 	return d
 }
 
@@ -167,5 +189,19 @@ func (f *Fake) wait(timeoutMs uint32) (nvml.EventData, nvml.Return) {
 		return e, nvml.SUCCESS
 	case <-t.C:
 		return nvml.EventData{}, nvml.ERROR_TIMEOUT
+	}
+}
+
+// cdiQueries answers what the CDI spec generator (agent/cardspec) asks a
+// card besides discovery: not MIG-capable, a PCI bus ID per index, no
+// NVLink-C2C (not coherent).
+func cdiQueries(d *mock.Device, index int) {
+	d.GetMaxMigDeviceCountFunc = func() (int, nvml.Return) { return 0, nvml.SUCCESS }
+	d.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+		info := nvml.PciInfo{Bus: uint32(index + 1)}
+		id := fmt.Sprintf("00000000:%02x:00.0", index+1)
+		copy(info.BusId[:], id)
+		copy(info.BusIdLegacy[:], id[4:])
+		return info, nvml.SUCCESS
 	}
 }

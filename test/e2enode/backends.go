@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,22 +21,58 @@ import (
 
 const backendsLabel = "qgpu-e2e-backends"
 
-// overrides is what a pod that tries to get more than its slice sets in its
-// own spec: every card, and every limit variable of every backend widened.
-var overrides = []corev1.EnvVar{
-	{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}, {Name: "QGPU_MEMORY_GIB", Value: "999"}, {Name: "QGPU_CORES", Value: "100"},
-	{Name: "CUDA_DEVICE_MEMORY_LIMIT_0", Value: "99999m"}, {Name: "CUDA_DEVICE_MEMORY_SHARED_CACHE", Value: "/tmp/mine.cache"},
-	{Name: "CUDA_DEVICE_SM_LIMIT", Value: "100"}, {Name: "GPU_CORE_UTILIZATION_POLICY", Value: "disable"},
-	{Name: "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", Value: "0=99999M"}, {Name: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", Value: "100"},
-	{Name: "CUDA_MPS_PIPE_DIRECTORY", Value: "/tmp/elsewhere"},
+// commonOverrides are what a pod that tries to get more than its slice
+// sets in its own spec under every backend: every card, and the agent's
+// own totals widened; backendOverrides add every limit variable of each
+// backend, in its per-card forms too (HAMi-core reads
+// CUDA_DEVICE_SM_LIMIT_<i> before CUDA_DEVICE_SM_LIMIT, for any i below 16).
+// The overriding pod sets all of them; each backend's line counts the
+// common ones and its own.
+var (
+	commonOverrides = []corev1.EnvVar{
+		{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}, {Name: "QGPU_MEMORY_GIB", Value: "999"}, {Name: "QGPU_CORES", Value: "100"},
+	}
+	backendOverrides = map[string][]corev1.EnvVar{
+		"hami-core": {
+			{Name: "CUDA_DEVICE_MEMORY_LIMIT_0", Value: "99999m"}, {Name: "CUDA_DEVICE_MEMORY_LIMIT_1", Value: "99999m"},
+			{Name: "CUDA_DEVICE_SM_LIMIT", Value: "100"}, {Name: "CUDA_DEVICE_SM_LIMIT_0", Value: "100"},
+			{Name: "CUDA_DEVICE_SM_LIMIT_15", Value: "100"}, {Name: "GPU_CORE_UTILIZATION_POLICY", Value: "disable"},
+			{Name: "CUDA_DEVICE_MEMORY_SHARED_CACHE", Value: "/tmp/mine.cache"},
+		},
+		"mps": {
+			{Name: "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", Value: "0=99999M"}, {Name: "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", Value: "100"},
+			{Name: "CUDA_MPS_PIPE_DIRECTORY", Value: "/tmp/elsewhere"},
+		},
+	}
+)
+
+// overrides is every variable the overriding pod sets.
+func overrides() []corev1.EnvVar {
+	out := slices.Clone(commonOverrides)
+	for _, b := range []string{"hami-core", "mps"} {
+		out = append(out, backendOverrides[b]...)
+	}
+	return out
 }
 
+// variant is one probe pod of a backend's phase: plain, overriding every
+// variable (as root), or overriding as a user other than root (uid 65534:
+// no CAP_MKNOD, and the directories the backend mounts must still be
+// writable by it).
+type variant struct {
+	name     string
+	override bool
+	nonRoot  bool
+}
+
+var variants = []variant{{name: "plain"}, {name: "override", override: true}, {name: "nonroot", override: true, nonRoot: true}}
+
 // checkBackends runs, on the first node relabelled to each backend in turn
-// (policy fixed-share, so that every limit applies), a plain probe pod and
-// one whose spec sets overrides, and checks from inside each what it got:
-// exactly its card's device nodes, the backend's files, directories and
-// variables, and the agent's values whatever the pod set. The examples are
-// deleted first, to free the cards.
+// (policy fixed-share, so that every limit applies), the probe pods of
+// variants and the escape attempts (escapes.go), and checks from inside
+// each what it got: exactly its card's device nodes, the backend's files,
+// directories and variables, and the agent's values whatever the pod set.
+// The examples are deleted first, to free the cards.
 func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, n *node) result {
 	var res result
 	fail := func(format string, args ...any) {
@@ -59,32 +96,80 @@ func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.
 				fail("the MPS control daemon on %s: %v", n.name, err)
 			}
 		}
-		for _, override := range []bool{false, true} {
-			p, lines, err := runBackendPod(ctx, o, cp, n, backend, override)
-			res.containers++
-			if err != nil {
-				fail("%s: %v", backend, err)
-				continue
-			}
-			if problems := backendProblems(backend, p, lines); len(problems) > 0 {
-				fail("%s %s: %s", backend, p.Name, strings.Join(problems, "; "))
-			} else {
-				fmt.Printf("ok   %s %s: its card, files, directories and variables, none of the pod's own overrides\n", backend, p.Name)
-			}
-			if backend == "mps" && override {
-				if err := restartAgentKeepsMPS(ctx, cp, n.name, p.Name); err != nil {
-					fail("mps: restarting the agent: %v", err)
-				} else {
-					fmt.Printf("ok   mps: the agent on %s restarted; the MPS control daemon and %s kept running\n", n.name, p.Name)
-				}
-			}
-			if err := deleteAndWait(ctx, cp, "app.kubernetes.io/part-of="+backendsLabel); err != nil {
-				fail("deleting %s: %v", p.Name, err)
-			}
-		}
+		res.add(checkBackend(ctx, o, cp, n, backend))
 		stepLog(start, "backend %s checked", backend)
 	}
 	return res
+}
+
+// checkBackend runs one backend's probe pods and escape attempts on n and
+// prints its escape line.
+func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *node, backend string) result {
+	var res result
+	fail := func(format string, args ...any) {
+		res.failures++
+		fmt.Printf("FAIL "+format+"\n", args...)
+	}
+	var tally verify.Tally
+	for _, v := range variants {
+		p, lines, err := runBackendPod(ctx, o, cp, n, backend, v)
+		res.containers++
+		if err != nil {
+			fail("%s: %v", backend, err)
+			continue
+		}
+		problems := append(backendProblems(backend, p, lines), n.driverProblems(lines)...)
+		if v.override {
+			t, escaped := escapeAttempts(backend, lines)
+			tally.Add(t)
+			problems = append(problems, escaped...)
+		}
+		if len(problems) > 0 {
+			fail("%s %s: %s", backend, p.Name, strings.Join(problems, "; "))
+		} else {
+			fmt.Printf("ok   %s %s on %s: its card, files, directories and variables, none of the pod's own overrides%s\n", backend, p.Name, n.name, verify.EscapeSummary(lines))
+		}
+		if backend == "mps" && v.name == "override" {
+			if err := restartAgentKeepsMPS(ctx, cp, n.name, p.Name); err != nil {
+				fail("mps: restarting the agent: %v", err)
+			} else {
+				fmt.Printf("ok   mps: the agent on %s restarted; the MPS control daemon and %s kept running\n", n.name, p.Name)
+			}
+		}
+		if err := deleteAndWait(ctx, cp, "app.kubernetes.io/part-of="+backendsLabel); err != nil {
+			fail("deleting %s: %v", p.Name, err)
+		}
+	}
+	t, failures := cardlessEscapes(ctx, o, cp, n, backend)
+	tally.Add(t)
+	res.failures += failures
+	res.failures += escapeLine(n.name, backend, tally)
+	return res
+}
+
+// escapeAttempts tallies an overriding probe's attempts: the variables it
+// set (the common ones and its backend's) and the other cards it tried to
+// open through device nodes of its own.
+func escapeAttempts(backend string, lines []verify.Line) (verify.Tally, []string) {
+	t, problems := verify.EnvEscapes(lines, append(slices.Clone(commonOverrides), backendOverrides[backend]...))
+	dt, dp := verify.DeviceEscapes(lines)
+	t.Add(dt)
+	return t, append(problems, dp...)
+}
+
+// minEscapeAttempts is the fewest attempts a node and backend's line may
+// count: fewer means the probes did not try what they should.
+const minEscapeAttempts = 6
+
+// escapeLine prints the node and backend's escape line and returns its
+// failures: an attempt not refused, or too few attempts.
+func escapeLine(node, backend string, t verify.Tally) int {
+	fmt.Printf("%s %s: escape attempts %d refused %d\n", node, backend, t.Attempts, t.Refused)
+	if t.Attempts < minEscapeAttempts || t.Refused != t.Attempts {
+		fmt.Printf("FAIL %s %s: escape attempts %d refused %d (want at least %d, all refused)\n", node, backend, t.Attempts, t.Refused, minEscapeAttempts)
+		return 1
+	}
+	return 0
 }
 
 // backendProblems is the verdict on one probe's output.
@@ -93,7 +178,8 @@ func backendProblems(backend string, p *corev1.Pod, lines []verify.Line) []strin
 	switch backend {
 	case "hami-core":
 		problems = append(problems, verify.HAMiCore(p, "probe", lines, true)...)
-		problems = append(problems, verify.Env(lines, map[string]string{"CUDA_DEVICE_SM_LIMIT": "20", "GPU_CORE_UTILIZATION_POLICY": "force"})...)
+		problems = append(problems, verify.Env(lines, map[string]string{"CUDA_DEVICE_SM_LIMIT": "20", "CUDA_DEVICE_SM_LIMIT_0": "20",
+			"CUDA_DEVICE_SM_LIMIT_15": "20", "GPU_CORE_UTILIZATION_POLICY": "force"})...)
 	case "mps":
 		problems = append(problems, verify.MPS(p, "probe", lines)...)
 		problems = append(problems, verify.Env(lines, map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "20"})...)
@@ -105,16 +191,12 @@ func backendProblems(backend string, p *corev1.Pod, lines []verify.Line) []strin
 // agent sees the node's new label through its informer, and the mps
 // backend needs the control daemon the label brings: a plain pod admitted
 // before either (refused, or answered by the previous backend) is deleted
-// and made again, a bounded number of times. The overriding pod runs only
-// after a plain one got the backend, so it is never retried.
-func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *node, backend string, override bool) (*corev1.Pod, []verify.Line, error) {
-	kind := "plain"
-	if override {
-		kind = "override"
-	}
+// and made again, a bounded number of times. The other variants run only
+// after a plain one got the backend, so they are never retried.
+func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *node, backend string, v variant) (*corev1.Pod, []verify.Line, error) {
 	var last error
 	for attempt := 1; attempt <= 6; attempt++ {
-		p := backendPod(fmt.Sprintf("be-%s-%s-%d", backend, kind, attempt), n.name, o, override)
+		p := backendPod(fmt.Sprintf("be-%s-%s-%d", backend, v.name, attempt), n.name, o, v)
 		p, err := cp.Client.CoreV1().Pods(examplesNamespace).Create(ctx, p, metav1.CreateOptions{})
 		if err != nil {
 			return nil, nil, err
@@ -123,7 +205,7 @@ func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *
 		if err == nil {
 			var lines []verify.Line
 			if lines, err = containerOutput(n.dir, p, "probe"); err == nil {
-				if got := verify.Backend(lines); got == backend || override {
+				if got := verify.Backend(lines); got == backend || v.override {
 					return p, lines, nil
 				}
 				err = fmt.Errorf("answered by the %s backend", verify.Backend(lines))
@@ -138,13 +220,22 @@ func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *
 	return nil, nil, last
 }
 
-func backendPod(name, node string, o options, override bool) *corev1.Pod {
+func backendPod(name, node string, o options, v variant) *corev1.Pod {
 	c := corev1.Container{Name: "probe", Image: o.repo + "/probe:" + o.version, ImagePullPolicy: corev1.PullNever,
 		Resources: corev1.ResourceRequirements{Limits: corev1.ResourceList{
 			protocol.ResourceMemory: resource.MustParse("2"), protocol.ResourceCore: resource.MustParse("20")}}}
-	if override {
-		c.Env = overrides
+	if v.override {
+		c.Env = overrides()
 	}
+	if v.nonRoot {
+		uid := int64(65534)
+		c.SecurityContext = &corev1.SecurityContext{RunAsUser: &uid, RunAsGroup: &uid}
+	}
+	return probePod(name, node, c)
+}
+
+// probePod is a pod of the backends' phase running c on node.
+func probePod(name, node string, c corev1.Container) *corev1.Pod {
 	grace := int64(1)
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: examplesNamespace,

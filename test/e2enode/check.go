@@ -12,6 +12,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -53,17 +54,24 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	if err != nil {
 		return res, err
 	}
-	system, err := writeKustomization(o, root, "system", "manifests", systemOverrides(o))
+	// The agents and the MPS control daemon under NVIDIA's runtime class,
+	// as GPU Operator's current release sets nodes up.
+	runtimeClass := []string{"manifests/overlays/nvidia-runtime-class"}
+	system, err := writeKustomization(o, root, "system", "manifests", systemOverrides(o), runtimeClass...)
 	if err != nil {
 		return res, err
 	}
-	colocation, err := writeKustomization(o, root, "colocation", "manifests/overlays/colocation", systemOverrides(o))
+	colocation, err := writeKustomization(o, root, "colocation", "manifests/overlays/colocation", systemOverrides(o), runtimeClass...)
 	if err != nil {
 		return res, err
 	}
 	examples, err := writeKustomization(o, root, "examples", "manifests/examples", examplesOverrides(o))
 	if err != nil {
 		return res, err
+	}
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: nvidiaRuntimeClass}, Handler: nvidiaRuntimeClass}
+	if _, err := cp.Client.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil {
+		return res, fmt.Errorf("RuntimeClass %s: %w", nvidiaRuntimeClass, err)
 	}
 	if _, err := apply(ctx, cp, system, nil); err != nil {
 		return res, err
@@ -98,9 +106,9 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 		return res, err
 	}
 	stepLog(start, "examples settled")
-	dirs := map[string]string{}
+	byName := map[string]*node{}
 	for _, n := range nodes {
-		dirs[n.name] = n.dir
+		byName[n.name] = n
 	}
 	for _, p := range pods {
 		if p.Labels[expectLabel] == "rejected" {
@@ -108,7 +116,7 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 		}
 		for _, c := range p.Spec.Containers {
 			res.containers++
-			if problems := checkContainer(p, c.Name, dirs[p.Spec.NodeName]); len(problems) > 0 {
+			if problems := checkContainer(p, c.Name, byName[p.Spec.NodeName]); len(problems) > 0 {
 				res.failures++
 				fmt.Printf("FAIL %s/%s container %s: %s\n", p.Namespace, p.Name, c.Name, strings.Join(problems, "; "))
 			} else {
@@ -116,9 +124,18 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 			}
 		}
 	}
-	be := checkBackends(ctx, start, o, cp, nodes[0])
-	res.containers += be.containers
-	res.failures += be.failures
+	res.add(checkBackends(ctx, start, o, cp, nodes[0]))
+	// The other node, whose runtime mode differs: its own backend (env).
+	res.add(checkBackend(ctx, o, cp, nodes[1], "env"))
+	stepLog(start, "backend env checked on %s", nodes[1].name)
+	for _, n := range nodes {
+		res.containers++
+		res.failures += runtimeControl(ctx, o, cp, n, cardCount(o.fakeCards))
+		if n.mode.nvidiaDefault && !nvidiaRuntimeRan(n.dir) {
+			res.failures++
+			fmt.Printf("FAIL %s (%s): NVIDIA's runtime never ran there (%s/nvidia-container-runtime.log)\n", n.name, n.mode, n.dir)
+		}
+	}
 	return res, nil
 }
 
@@ -131,17 +148,26 @@ func systemOverrides(o options) string {
   newName: %[1]s/qgpu-agent
   newTag: %[2]q
 # The node has no GPU: the agents and the MPS control daemon run on fake
-# cards; the agents see the device nodes the e2e program created under %[3]s.
+# cards; the agents see the fake driver root the e2e program made (device
+# nodes, libraries) at %[6]s, the same path as the node's.
 patches:
 - target: {kind: DaemonSet, labelSelector: "app in (qgpu-agent,qgpu-agent-colocation)"}
   patch: |-
     - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
-%[5]s    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-dev, hostPath: {path: %[3]s, type: Directory}}}
-    - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-dev, mountPath: %[3]s, readOnly: true}}
+%[5]s    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--driver-root=%[6]s"}
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--driver-root-ctr-path=%[6]s"}
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cdi-hook-path=%[7]s"}
+    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-driver, hostPath: {path: %[6]s, type: Directory}}}
+    - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-driver, mountPath: %[6]s, readOnly: true}}
+# The mixed node (e2e-node-2) has the spec NVIDIA's device plugin writes,
+# and its agent writes none: a node set up by GPU Operator's components alone.
+- target: {kind: DaemonSet, name: qgpu-agent-colocation}
+  patch: |-
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cdi-card-kind="}
 - target: {kind: DaemonSet, name: qgpu-mps-control-daemon}
   patch: |-
     - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
-`, o.repo, o.version, DeviceRoot, o.fakeCards, deviceRootArg(o))
+`, o.repo, o.version, DeviceRoot, o.fakeCards, deviceRootArg(o), FakeDriverRoot, ToolkitDir+"/nvidia-cdi-hook")
 }
 
 func deviceRootArg(o options) string {
@@ -164,8 +190,9 @@ func examplesOverrides(o options) string {
 }
 
 // writeKustomization writes <work>/kustomize/<name>/kustomization.yaml with
-// base as its only resource plus the overrides.
-func writeKustomization(o options, root, name, base, overrides string) (string, error) {
+// base as its only resource, the components (paths in the repository) and
+// the overrides.
+func writeKustomization(o options, root, name, base, overrides string, components ...string) (string, error) {
 	dir := filepath.Join(o.workDir, "kustomize", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -174,7 +201,18 @@ func writeKustomization(o options, root, name, base, overrides string) (string, 
 	if err != nil {
 		return "", err
 	}
-	content := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\n%s", rel, overrides)
+	content := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\n", rel)
+	if len(components) > 0 {
+		content += "components:\n"
+		for _, c := range components {
+			relc, err := filepath.Rel(dir, filepath.Join(root, c))
+			if err != nil {
+				return "", err
+			}
+			content += "- " + relc + "\n"
+		}
+	}
+	content += overrides
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(content), 0o644)
 }
 
@@ -349,13 +387,28 @@ func waitExamples(ctx context.Context, cp *harness.ControlPlane, want int) ([]*c
 	return pods, nil
 }
 
-// checkContainer reads the container's output and checks it (verify.Container).
-func checkContainer(p *corev1.Pod, container, nodeDir string) []string {
-	lines, err := containerOutput(nodeDir, p, container)
+// checkContainer reads the container's output and checks it
+// (verify.Container, and the driver's files where the agent wrote the
+// card spec).
+func checkContainer(p *corev1.Pod, container string, n *node) []string {
+	if n == nil {
+		return []string{fmt.Sprintf("pod on unknown node %q", p.Spec.NodeName)}
+	}
+	lines, err := containerOutput(n.dir, p, container)
 	if err != nil {
 		return []string{err.Error()}
 	}
-	return verify.Container(p, container, lines, DeviceRoot)
+	return append(verify.Container(p, container, lines, DeviceRoot), n.driverProblems(lines)...)
+}
+
+// driverProblems: on a node whose agent writes its own card spec (with
+// NVIDIA's generator, from the fake driver root), a container must have the
+// driver's files; the device plugin spec of the other node has none.
+func (n *node) driverProblems(lines []verify.Line) []string {
+	if n.devicePluginSpec {
+		return nil
+	}
+	return verify.DriverFiles(lines, FakeDriverVersion)
 }
 
 // containerOutput reads the container's log as the kubelet had containerd

@@ -50,6 +50,11 @@ type options struct {
 	// deviceListStrategy, if set, overrides the manifests' agent
 	// --device-list-strategy (envvar: see the overriding pods win).
 	deviceListStrategy string
+	// defaultRuntimeAcceptsEnvvar gives e2e-node-2, where NVIDIA's runtime
+	// is containerd's default, the toolkit's own default
+	// accept-nvidia-visible-devices-envvar-when-unprivileged=true: a
+	// negative control (its cardless pod then sees every card).
+	defaultRuntimeAcceptsEnvvar bool
 }
 
 func main() {
@@ -72,6 +77,7 @@ func main() {
 	fs.StringVar(&o.fakeCards, "fake-cards", "2xT4,2xV100", "the agent's --fake-cards on every node")
 	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false, with --device-list-strategy=envvar: see the device checks fail)")
 	fs.StringVar(&o.deviceListStrategy, "device-list-strategy", "", "override the manifests' agent --device-list-strategy (envvar: see the overriding pods get what they set)")
+	fs.BoolVar(&o.defaultRuntimeAcceptsEnvvar, "default-runtime-accepts-envvar", false, "let NVIDIA's runtime on e2e-node-2 (its default runtime) take NVIDIA_VISIBLE_DEVICES from unprivileged containers, the toolkit's default (a negative control: see the escape checks fail)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		os.Exit(2)
 	}
@@ -122,4 +128,10 @@ func main() {
 // result counts what the run checked.
 type result struct {
 	containers, rejections, failures int
+}
+
+func (r *result) add(o result) {
+	r.containers += o.containers
+	r.rejections += o.rejections
+	r.failures += o.failures
 }

@@ -16,9 +16,9 @@ import (
 )
 
 // DeviceRoot is where each node's fake device nodes appear, in the node's
-// own mount namespace; the agent gets --device-root=DeviceRoot and a
-// hostPath volume of it.
-const DeviceRoot = "/run/qgpu-e2e/dev"
+// own mount namespace: dev/ of its driver root. The agent gets
+// --device-root=DeviceRoot and a hostPath volume of the driver root.
+const DeviceRoot = FakeDriverRoot + "/dev"
 
 // node is one node: containerd and the real kubelet in a mount namespace of
 // their own, so that each has its own /var/lib/kubelet (the device manager's
@@ -30,6 +30,11 @@ type node struct {
 	prefix string // the pods' 169.254.x.0/24
 	ports  [2]int // the kubelet's port and its healthz port
 	runner *proc
+	mode   runtimeMode
+	// devicePluginSpec: the node has the per-card spec NVIDIA's device
+	// plugin writes (k8s.device-plugin.nvidia.com/gpu) and its agent
+	// writes none of its own (--cdi-card-kind="").
+	devicePluginSpec bool
 }
 
 // nodeEnv is what every node needs from the e2e program.
@@ -45,19 +50,22 @@ type nodeEnv struct {
 // nodes, and runs `unshare -m <self> node <dir>`: the runner (runNode)
 // mounts, starts containerd and the kubelet, and stops them on SIGTERM.
 func (n *node) start(env nodeEnv, kubeconfig string, cards int) error {
-	for _, d := range []string{"kubelet", "pods", "containers", "qgpu", "dev", "cni", "cni-data", "pki", "containerd"} {
+	for _, d := range []string{"kubelet", "pods", "containers", "qgpu", "driver", "toolkit", "cni", "cni-data", "pki", "containerd"} {
 		if err := os.MkdirAll(filepath.Join(n.dir, d), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := makeDevices(filepath.Join(n.dir, "dev"), cards); err != nil {
+	if err := writeDriverRoot(n.dir, cards); err != nil {
 		return err
 	}
-	if err := writeNodeFiles(n.dir, n.name, cards); err != nil {
+	if err := installToolkit(n.dir, env.binDir, n.mode); err != nil {
+		return err
+	}
+	if err := writeNodeFiles(n.dir, n.name, cards, n.devicePluginSpec); err != nil {
 		return err
 	}
 	files := map[string]string{
-		"containerd.toml":          containerdConfig(n.dir, env),
+		"containerd.toml":          containerdConfig(n.dir, env, n.mode),
 		"kubelet.yaml":             kubeletConfig(n.dir, n.ports, cgroupRoot(n.name)),
 		"cni/10-qgpu-e2e.conflist": cniConfig(n.dir, n.prefix, env),
 	}
@@ -145,6 +153,9 @@ func runNode(args []string) error {
 	if err := nodeMounts(dir); err != nil {
 		return err
 	}
+	if err := generateManagementSpec(binDir); err != nil {
+		return err
+	}
 	cgroups, err := makeCgroupRoot(cgroupRoot(name))
 	defer removeCgroups(cgroups)
 	if err != nil {
@@ -208,7 +219,7 @@ func supervise(ctx context.Context, containerd, kubelet *component) error {
 // where the kubelet and the agent keep them.
 var stateBinds = [][2]string{
 	{"kubelet", "/var/lib/kubelet"}, {"pods", "/var/log/pods"}, {"containers", "/var/log/containers"},
-	{"qgpu", "/var/lib/qgpu"}, {"dev", DeviceRoot},
+	{"qgpu", "/var/lib/qgpu"}, {"driver", FakeDriverRoot},
 }
 
 // privateBinds are every bind mount of a node: its state and what a GPU

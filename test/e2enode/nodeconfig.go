@@ -11,7 +11,7 @@ import (
 
 // The configuration files of a node's containerd, CNI plugin and kubelet.
 
-func containerdConfig(dir string, env nodeEnv) string {
+func containerdConfig(dir string, env nodeEnv, mode runtimeMode) string {
 	return fmt.Sprintf(`version = 3
 root = %[1]q
 state = %[2]q
@@ -28,10 +28,10 @@ state = %[2]q
   # These machines lack CAP_SYS_RESOURCE: a negative oom_score_adj cannot be
   # written, and without this every sandbox fails to start.
   restrict_oom_score_adj = true
-  # The node's NVIDIA spec and the agent's per-container specs.
+  # The node's NVIDIA specs and the agent's own.
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
-  [plugins."io.containerd.cri.v1.runtime".cni]
+%[7]s  [plugins."io.containerd.cri.v1.runtime".cni]
     bin_dirs = ["/usr/lib/cni", %[5]q]
     conf_dir = %[6]q
 
@@ -39,7 +39,7 @@ state = %[2]q
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 `, filepath.Join(dir, "containerd", "root"), filepath.Join(dir, "containerd", "state"),
-		filepath.Join(dir, "containerd.sock"), env.pauseImage, env.binDir, filepath.Join(dir, "cni"))
+		filepath.Join(dir, "containerd.sock"), env.pauseImage, env.binDir, filepath.Join(dir, "cni"), nvidiaRuntimeConfig(mode))
 }
 
 func cniConfig(dir, prefix string, env nodeEnv) string {

@@ -21,6 +21,7 @@ import (
 var nodeBinds = [][2]string{
 	{"cdi-static", "/etc/cdi"}, {"cdi-dynamic", "/var/run/cdi"},
 	{"hami-lib", "/usr/local/vgpu"}, {"vgpulock", "/tmp/vgpulock"}, {"run-qgpu", "/run/qgpu"},
+	{"toolkit", ToolkitDir},
 }
 
 // FakeHAMiLib is the HAMi-core library of the e2e nodes: a versioned name,
@@ -30,8 +31,9 @@ const FakeHAMiLib = "libvgpu.so.v2.6.0"
 
 // writeNodeFiles creates those directories and files for a node with cards
 // fake cards (UUIDs as the agent's --fake-cards makes them for node name),
-// and mounts the tmpfs of the MPS root (unmountNodeFiles undoes it).
-func writeNodeFiles(dir, name string, cards int) error {
+// with NVIDIA's device plugin spec if devicePluginSpec, and mounts the
+// tmpfs of the MPS root (unmountNodeFiles undoes it).
+func writeNodeFiles(dir, name string, cards int, devicePluginSpec bool) error {
 	for _, b := range nodeBinds {
 		if err := os.MkdirAll(filepath.Join(dir, b[0]), 0o755); err != nil {
 			return err
@@ -45,7 +47,10 @@ func writeNodeFiles(dir, name string, cards int) error {
 	if err := unix.Mount("tmpfs", runQGPU, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=16m"); err != nil {
 		return fmt.Errorf("mounting a tmpfs on %s: %w", runQGPU, err)
 	}
-	return writeNVIDIASpec(filepath.Join(dir, "cdi-static"), name, cards)
+	if !devicePluginSpec {
+		return nil
+	}
+	return writeDevicePluginSpec(filepath.Join(dir, "cdi-dynamic"), name, cards)
 }
 
 // unmountNodeFiles unmounts the MPS root's tmpfs.
@@ -53,19 +58,19 @@ func unmountNodeFiles(dir string) {
 	_ = unix.Unmount(filepath.Join(dir, "run-qgpu"), unix.MNT_DETACH)
 }
 
-// writeNVIDIASpec writes, with the CDI library, the nvidia.com/gpu spec of
-// the fake cards as nvidia-ctk cdi generate names them (by UUID and by
-// index): card N's device node DeviceRoot/nvidiaN at /dev/nvidiaN, and
-// nvidiactl for every container.
-func writeNVIDIASpec(dir, node string, cards int) error {
-	spec := &cdispec.Spec{Kind: "nvidia.com/gpu", ContainerEdits: cdispec.ContainerEdits{
+// writeDevicePluginSpec writes, with the CDI library, the spec NVIDIA's
+// device plugin writes under its cdi strategies (GPU Operator with CDI on):
+// kind k8s.device-plugin.nvidia.com/gpu, a device per card named by UUID
+// with its device node, nvidiactl and NVIDIA_VISIBLE_DEVICES=void for
+// every container.
+func writeDevicePluginSpec(dir, node string, cards int) error {
+	spec := &cdispec.Spec{Kind: "k8s.device-plugin.nvidia.com/gpu", ContainerEdits: cdispec.ContainerEdits{
+		Env:         []string{"NVIDIA_VISIBLE_DEVICES=void"},
 		DeviceNodes: []*cdispec.DeviceNode{{Path: "/dev/nvidiactl", HostPath: filepath.Join(DeviceRoot, "nvidiactl")}}}}
 	for i := range cards {
 		edits := cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{{
 			Path: "/dev/nvidia" + strconv.Itoa(i), HostPath: filepath.Join(DeviceRoot, "nvidia"+strconv.Itoa(i))}}}
-		spec.Devices = append(spec.Devices,
-			cdispec.Device{Name: fakespec.UUID(node, i), ContainerEdits: edits},
-			cdispec.Device{Name: strconv.Itoa(i), ContainerEdits: edits})
+		spec.Devices = append(spec.Devices, cdispec.Device{Name: fakespec.UUID(node, i), ContainerEdits: edits})
 	}
 	version, err := cdi.MinimumRequiredVersion(spec)
 	if err != nil {
@@ -76,5 +81,5 @@ func writeNVIDIASpec(dir, node string, cards int) error {
 	if err != nil {
 		return err
 	}
-	return cache.WriteSpec(spec, "nvidia.yaml")
+	return cache.WriteSpec(spec, "k8s.device-plugin.nvidia.com-gpu.json")
 }

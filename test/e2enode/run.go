@@ -141,8 +141,10 @@ func startNodes(ctx context.Context, o options, cp *harness.ControlPlane) ([]*no
 	env := nodeEnv{binDir: o.binDir, images: images, pauseImage: o.repo + "/pause:" + o.version,
 		proxySocket: filepath.Join(o.workDir, "proxy.sock"), serviceIP: serviceIP}
 	specs := []*node{
-		{name: "e2e-node-1", labels: []string{"qgpu-device-enable=enable"}, prefix: "169.254.11"},
-		{name: "e2e-node-2", labels: []string{"qgpu-device-enable=enable", "mixed-qgpu-enable=enable"}, prefix: "169.254.12"},
+		{name: "e2e-node-1", labels: []string{"qgpu-device-enable=enable"}, prefix: "169.254.11",
+			mode: runtimeMode{acceptEnvvar: true}},
+		{name: "e2e-node-2", labels: []string{"qgpu-device-enable=enable", "mixed-qgpu-enable=enable"}, prefix: "169.254.12",
+			mode: runtimeMode{nvidiaDefault: true, acceptEnvvar: o.defaultRuntimeAcceptsEnvvar}, devicePluginSpec: true},
 	}
 	var started []*node
 	for _, n := range specs {

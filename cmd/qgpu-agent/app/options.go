@@ -13,6 +13,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/qgpu-scheduler/qgpu/agent"
+	"github.com/qgpu-scheduler/qgpu/agent/cardspec"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
 )
@@ -89,7 +90,13 @@ func (o *options) addEnforcementFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MPSRoot, "mps-root", DefaultMPSRoot, "host directory the MPS control daemon (qgpu-agent mps-control-daemon) shares with the agent: per-card pipe directories and the shared memory directory, on a tmpfs (mps backend)")
 	fs.StringVar(&o.DeviceListStrategy, "device-list-strategy", string(enforce.StrategyCDICRI), fmt.Sprintf("how Allocate answers reach the container runtime: %v (docs/backend-env.md; with --fake-cards the default is envvar)", enforce.Strategies))
 	fs.StringVar(&o.CDISpecDir, "cdi-spec-dir", "/var/run/cdi", "where the agent writes its per-container CDI specs (cdi-cri, cdi-annotations); the runtime must read it")
-	fs.StringSliceVar(&o.CDINodeSpecDirs, "cdi-node-spec-dirs", []string{"/etc/cdi", "/var/run/cdi"}, "where the node's NVIDIA CDI spec (nvidia-ctk cdi generate) is looked up")
+	fs.StringSliceVar(&o.CDINodeSpecDirs, "cdi-node-spec-dirs", []string{"/etc/cdi", "/var/run/cdi"}, "where the cards' CDI devices are looked up: the agent's own spec (--cdi-card-kind), then NVIDIA's (nvidia-ctk cdi generate, the device plugin)")
+	fs.StringVar(&o.CardSpec.Kind, "cdi-card-kind", cardspec.DefaultKind, `the kind of the per-card CDI spec the agent writes into --cdi-spec-dir at start, from NVML and the driver root (docs/backend-env.md); "" writes none and relies on NVIDIA's specs`)
+	fs.StringVar(&o.CardSpec.DriverRoot, "driver-root", "/", "the NVIDIA driver's root on the host (/run/nvidia/driver under GPU Operator's driver container): host paths in the card spec")
+	fs.StringVar(&o.CardSpec.DriverRootCtrPath, "driver-root-ctr-path", "/driver-root", "where the agent's container sees --driver-root (a read-only hostPath volume)")
+	fs.StringVar(&o.CardSpec.DevRoot, "dev-root", "", "the host root holding dev/nvidia* (default: --driver-root)")
+	fs.StringVar(&o.CardSpec.DevRootCtrPath, "dev-root-ctr-path", "", "where the agent's container sees --dev-root (default: --driver-root-ctr-path)")
+	fs.StringVar(&o.CardSpec.HookPath, "cdi-hook-path", "auto", `nvidia-cdi-hook on the host, run by the runtime for the card spec's hooks; "auto": GPU Operator's /usr/local/nvidia/toolkit/nvidia-cdi-hook or the package's /usr/bin/nvidia-cdi-hook, whichever --driver-root-ctr-path holds; "": no hooks`)
 }
 
 func (o *options) addPriorityFlags(fs *pflag.FlagSet) {
@@ -113,6 +120,12 @@ func (o *options) addSimulationFlags(fs *pflag.FlagSet) {
 // (fake cards on hollow kubelets) have no NVIDIA CDI spec and usually no
 // runtime that reads CDI: they deliver as envvar unless told otherwise.
 func (o *options) complete(fs *pflag.FlagSet) {
+	if o.CardSpec.DevRoot == "" {
+		o.CardSpec.DevRoot = o.CardSpec.DriverRoot
+	}
+	if o.CardSpec.DevRootCtrPath == "" {
+		o.CardSpec.DevRootCtrPath = o.CardSpec.DriverRootCtrPath
+	}
 	if o.fakeCards != "" && !fs.Changed("device-list-strategy") {
 		o.DeviceListStrategy = string(enforce.StrategyEnvvar)
 	}

@@ -7,16 +7,21 @@
 //	{"kind":"mount","target":"/etc/hosts","root":"/var/lib/.../hosts","source":"/dev/vda","fstype":"ext4","ro":true}
 //	{"kind":"file","name":"/etc/ld.so.preload","value":"/usr/local/vgpu/libvgpu.so\n"}
 //	{"kind":"writable","name":"/tmp/vgpu"}
+//	{"kind":"escape","name":"nvidia3","value":"refused: open: operation not permitted"}
+//	{"kind":"own","name":"nvidia1","value":"open: no such device or address"}
 //	{"kind":"done"}
 package main
 
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -45,6 +50,8 @@ func main() {
 	environment(emit)
 	mounts(emit)
 	hamiFiles(emit)
+	escapes(emit)
+	driverFiles(emit)
 	emit(Line{Kind: "done"})
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
@@ -122,4 +129,97 @@ func hamiFiles(emit func(Line)) {
 		os.Remove(f.Name())
 		emit(Line{Kind: "writable", Name: dir})
 	}
+}
+
+// libDir is where the driver's libraries appear in a container (the CDI
+// specs nvidia-ctk and the agent write mount them at their host paths).
+const libDir = "/usr/lib/x86_64-linux-gnu"
+
+// driverFiles lists the driver's libraries the container got, with the
+// target of each link (the toolkit's create-symlinks hook makes
+// libcuda.so -> libcuda.so.1), and whether the update-ldcache hook left an
+// ld.so.cache.
+func driverFiles(emit func(Line)) {
+	entries, _ := os.ReadDir(libDir)
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), "libcuda") && !strings.HasPrefix(e.Name(), "libnvidia") {
+			continue
+		}
+		target, _ := os.Readlink(filepath.Join(libDir, e.Name()))
+		emit(Line{Kind: "lib", Name: e.Name(), Value: target})
+	}
+	if _, err := os.Stat("/etc/ld.so.cache"); err == nil {
+		emit(Line{Kind: "file", Name: "/etc/ld.so.cache"})
+	}
+}
+
+// maxMinor bounds the card minors escapes tries: more cards than any e2e
+// node has.
+const maxMinor = 8
+
+// escapes tries to reach every card the container was not given: for each
+// minor below maxMinor without a /dev/nvidia<minor>, it makes the device
+// node itself (mknod needs CAP_MKNOD, which root in a container has and
+// other users lack) and opens it. The device cgroup must refuse the open
+// (EPERM); a node without the driver answers ENXIO to an open it lets
+// through, so "opened" or any other error is an escape. The container's own
+// cards are opened too: there the cgroup lets the open through (ENXIO
+// here, success on a real card), which shows that EPERM above came from
+// the cgroup and not from something that refuses every card.
+func escapes(emit func(Line)) {
+	dir := writableDir()
+	for minor := range maxMinor {
+		name := "nvidia" + strconv.Itoa(minor)
+		if _, err := os.Stat("/dev/" + name); err == nil {
+			emit(Line{Kind: "own", Name: name, Value: openResult("/dev/" + name)})
+			continue
+		}
+		if dir == "" {
+			emit(Line{Kind: "escape", Name: name, Value: "refused: no writable directory to make a device node in"})
+			continue
+		}
+		path := filepath.Join(dir, "qgpu-escape-"+name)
+		_ = os.Remove(path)
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(195, uint32(minor)))); err != nil {
+			emit(Line{Kind: "escape", Name: name, Value: verdict("mknod", err)})
+			continue
+		}
+		emit(Line{Kind: "escape", Name: name, Value: openResult(path)})
+		os.Remove(path)
+	}
+}
+
+// writableDir is a directory the container's user may create files in.
+func writableDir() string {
+	for _, dir := range []string{"/dev", "/tmp", "/dev/shm"} {
+		f, err := os.CreateTemp(dir, "probe-")
+		if err == nil {
+			f.Close()
+			os.Remove(f.Name())
+			return dir
+		}
+	}
+	return ""
+}
+
+func openResult(path string) string {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return verdict("open", err)
+	}
+	f.Close()
+	return "opened"
+}
+
+// verdict is "refused: <op>: <error>" for EPERM and EACCES, what the device
+// cgroup and a missing capability answer, else "<op>: <error>".
+func verdict(op string, err error) string {
+	var errno unix.Errno
+	if !errors.As(err, &errno) {
+		return op + ": " + err.Error()
+	}
+	if errno == unix.EPERM || errno == unix.EACCES {
+		return "refused: " + op + ": " + errno.Error()
+	}
+	return op + ": " + errno.Error()
 }
