@@ -20,6 +20,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/hamicore"
+	"github.com/qgpu-scheduler/qgpu/agent/metrics"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
 	"github.com/qgpu-scheduler/qgpu/agent/suspension"
@@ -218,4 +219,19 @@ func (a *agent) startHAMiUpkeep(ctx context.Context, nodeCfg *nodeconfig.Config,
 		return
 	}
 	go k.Run(ctx)
+	a.metrics.SetUsageSource(func() []metrics.ContainerUsage { return containerUsage(k.Usage()) })
+}
+
+// containerUsage converts the regions' usage into the metrics' terms.
+func containerUsage(in []hamicore.ContainerUsage) []metrics.ContainerUsage {
+	out := make([]metrics.ContainerUsage, 0, len(in))
+	for _, c := range in {
+		m := metrics.ContainerUsage{Namespace: c.Namespace, Pod: c.Pod, Container: c.Container, LastKernel: c.LastKernel}
+		for _, card := range c.Cards {
+			m.Cards = append(m.Cards, metrics.CardUsage{Index: card.Index, UUID: card.UUID,
+				MemoryBytes: card.MemoryUsed, SMPercent: card.SMUtil})
+		}
+		out = append(out, m)
+	}
+	return out
 }

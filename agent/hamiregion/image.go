@@ -41,6 +41,10 @@ func (im Image) Bytes() []byte {
 		le.PutUint32(s[slotPID:], uint32(p.PID))
 		le.PutUint32(s[slotHostPID:], uint32(p.HostPID))
 		le.PutUint32(s[slotStatus:], uint32(p.Status))
+		for d := range MaxDevices {
+			le.PutUint64(s[slotUsed+d*memSize+memTotal:], p.MemoryUsed[d])
+			le.PutUint64(s[slotSMUtil+d*utilSize+utilSM:], p.SMUtil[d])
+		}
 	}
 	le.PutUint32(b[offProcNum:], uint32(len(im.Procs)))
 	le.PutUint32(b[offUtilSwitch:], uint32(im.UtilizationSwitch))

@@ -36,6 +36,12 @@ const (
 	procSlotSize  = 1960                          // shrreg_proc_slot_t
 	slotPID       = 0
 	slotHostPID   = 4
+	slotUsed      = 8    // device_memory_t used[16], 64 bytes each
+	memSize       = 64   // device_memory_t
+	memTotal      = 32   // its total: context, module and data allocations
+	slotSMUtil    = 1160 // device_util_t device_util[16], 48 bytes each
+	utilSize      = 48   // device_util_t
+	utilSM        = 16   // its sm_util, percent
 	slotStatus    = 1928
 	offProcNum    = offProcs + MaxProcs*procSlotSize // 2008896
 	offUtilSwitch = offProcNum + 4

@@ -16,6 +16,33 @@ type Proc struct {
 	PID     int32 // in the container's PID namespace
 	HostPID int32 // 0 until the library (or a monitor) learned it
 	Status  int32
+	// By CUDA ordinal: the bytes the process holds on the card (the
+	// library's used[].total: contexts, modules, allocations) and its SM
+	// utilisation in percent (device_util[].sm_util, which the library's
+	// utilisation watcher fills from NVML).
+	MemoryUsed [MaxDevices]uint64
+	SMUtil     [MaxDevices]uint64
+}
+
+// CardUsage is what a container's processes use of one card.
+type CardUsage struct {
+	UUID       string
+	MemoryUsed uint64 // bytes
+	SMUtil     uint64 // percent of the card's SMs, summed over the processes
+}
+
+// Usage sums the process slots by card, in the order of UUIDs (the
+// container's CUDA ordinals), as HAMi's monitor does.
+func (s Snapshot) Usage() []CardUsage {
+	out := make([]CardUsage, len(s.UUIDs))
+	for i, u := range s.UUIDs {
+		out[i].UUID = u
+		for _, p := range s.Procs {
+			out[i].MemoryUsed += p.MemoryUsed[i]
+			out[i].SMUtil += p.SMUtil[i]
+		}
+	}
+	return out
 }
 
 // Snapshot is what a region said when it was read.
@@ -87,8 +114,13 @@ func read(r io.ReaderAt, size int64) (Snapshot, error) {
 		if _, err := r.ReadAt(slot, int64(offProcs+i*procSlotSize)); err != nil {
 			return s, fmt.Errorf("hami region: reading process slot %d: %w", i, err)
 		}
-		s.Procs = append(s.Procs, Proc{PID: int32(le.Uint32(slot[slotPID:])),
-			HostPID: int32(le.Uint32(slot[slotHostPID:])), Status: int32(le.Uint32(slot[slotStatus:]))})
+		p := Proc{PID: int32(le.Uint32(slot[slotPID:])),
+			HostPID: int32(le.Uint32(slot[slotHostPID:])), Status: int32(le.Uint32(slot[slotStatus:]))}
+		for d := range int(n) {
+			p.MemoryUsed[d] = le.Uint64(slot[slotUsed+d*memSize+memTotal:])
+			p.SMUtil[d] = le.Uint64(slot[slotSMUtil+d*utilSize+utilSM:])
+		}
+		s.Procs = append(s.Procs, p)
 	}
 	return s, nil
 }

@@ -227,3 +227,26 @@ func TestOpenRefusesOtherSizes(t *testing.T) {
 		})
 	}
 }
+
+// TestUsageAtTheLibrarysOffsets writes usage where HAMi-core's
+// shrreg_proc_slot_t puts it (offsets worked out by hand from the header of
+// layouts 1.1 and 1.2: slots from 1856, 1960 bytes each; used[d].total at
+// 8+64d+32, device_util[d].sm_util at 1160+48d+16), not through Image, and
+// reads it back summed by card.
+func TestUsageAtTheLibrarysOffsets(t *testing.T) {
+	b := Image{UUIDs: []string{"GPU-a", "GPU-b"}, Procs: []Proc{{PID: 7, HostPID: 70}, {PID: 8, HostPID: 80}}}.Bytes()
+	put := func(off int, v uint64) { le.PutUint64(b[off:], v) }
+	put(1856+8+0*64+32, 1<<30)        // proc 0, card 0: 1 GiB
+	put(1856+1960+8+0*64+32, 512<<20) // proc 1, card 0: 512 MiB
+	put(1856+1960+8+1*64+32, 3<<30)   // proc 1, card 1: 3 GiB
+	put(1856+1160+0*48+16, 30)        // proc 0, card 0: 30 %
+	put(1856+1960+1160+1*48+16, 55)   // proc 1, card 1: 55 %
+	s, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []CardUsage{{UUID: "GPU-a", MemoryUsed: 1<<30 + 512<<20, SMUtil: 30}, {UUID: "GPU-b", MemoryUsed: 3 << 30, SMUtil: 55}}
+	if diff := cmp.Diff(want, s.Usage()); diff != "" {
+		t.Errorf("usage (-want +got):\n%s", diff)
+	}
+}

@@ -25,6 +25,7 @@ import (
 type Metrics struct {
 	Registry    *prometheus.Registry
 	grants      *grants
+	usage       *usage
 	allocations *prometheus.CounterVec
 	// Priority is the online/offline controller's part.
 	Priority *Priority
@@ -35,10 +36,11 @@ func New() *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		grants:   &grants{},
+		usage:    &usage{},
 		allocations: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "qgpu_allocate_total",
 			Help: "Allocate calls answered, by resource and result (granted, refused)."}, []string{"resource", "result"}),
 	}
-	m.Registry.MustRegister(m.grants, m.allocations,
+	m.Registry.MustRegister(m.grants, m.usage, m.allocations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Priority = newPriority(m.Registry)
 	return m

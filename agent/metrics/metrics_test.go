@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -136,5 +137,39 @@ func TestServe(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
+	}
+}
+
+// TestUsageSeries: the containers' usage in base units (bytes, a ratio,
+// a timestamp), asked of the source at every scrape; no source, no series.
+func TestUsageSeries(t *testing.T) {
+	m := New()
+	names := []string{"qgpu_container_memory_used_bytes", "qgpu_container_sm_utilization_ratio", "qgpu_container_last_kernel_timestamp_seconds"}
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(""), names...); err != nil {
+		t.Errorf("without a source: %v", err)
+	}
+	used := uint64(3 << 30)
+	m.SetUsageSource(func() []ContainerUsage {
+		return []ContainerUsage{
+			{Namespace: "team-a", Pod: "a", Container: "main", LastKernel: time.Unix(1_790_000_000, 0),
+				Cards: []CardUsage{{Index: 1, UUID: "GPU-1", MemoryBytes: used, SMPercent: 35}}},
+			{Namespace: "team-b", Pod: "b", Container: "c", Cards: []CardUsage{{Index: 0, UUID: "GPU-0"}}},
+		}
+	})
+	want := `
+# HELP qgpu_container_last_kernel_timestamp_seconds When the container last launched a kernel, seconds since the epoch (hami-core backend; time() - this is the time since).
+# TYPE qgpu_container_last_kernel_timestamp_seconds gauge
+qgpu_container_last_kernel_timestamp_seconds{container="main",namespace="team-a",pod="a"} 1.79e+09
+# HELP qgpu_container_memory_used_bytes Card memory the container's processes hold (contexts, modules, allocations), as HAMi-core's region says, in bytes (hami-core backend).
+# TYPE qgpu_container_memory_used_bytes gauge
+qgpu_container_memory_used_bytes{card="0",container="c",namespace="team-b",pod="b",uuid="GPU-0"} 0
+qgpu_container_memory_used_bytes{card="1",container="main",namespace="team-a",pod="a",uuid="GPU-1"} 3.221225472e+09
+# HELP qgpu_container_sm_utilization_ratio Share of the card's SMs the container's processes used, as HAMi-core's region says (hami-core backend).
+# TYPE qgpu_container_sm_utilization_ratio gauge
+qgpu_container_sm_utilization_ratio{card="0",container="c",namespace="team-b",pod="b",uuid="GPU-0"} 0
+qgpu_container_sm_utilization_ratio{card="1",container="main",namespace="team-a",pod="a",uuid="GPU-1"} 0.35
+`
+	if err := testutil.GatherAndCompare(m.Registry, strings.NewReader(want), names...); err != nil {
+		t.Error(err)
 	}
 }

@@ -170,6 +170,10 @@ func agentRegistry() prometheus.Gatherer {
 	m.Priority.Resumed(id, priority.ReasonOnlineBusy, 100*time.Millisecond)
 	m.Priority.FrozenPods(id, 1)
 	m.Priority.NVMLError(id)
+	m.SetUsageSource(func() []agentmetrics.ContainerUsage {
+		return []agentmetrics.ContainerUsage{{Namespace: "ns", Pod: "p", Container: "c", LastKernel: time.Unix(1, 0),
+			Cards: []agentmetrics.CardUsage{{Index: 0, UUID: "GPU-0", MemoryBytes: 1, SMPercent: 1}}}}
+	})
 	return m.Registry
 }
 

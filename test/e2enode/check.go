@@ -85,6 +85,33 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	}
 	res.failures += waitSystemReady(ctx, cp)
 	stepLog(start, "qgpu-system checked")
+	ex, err := checkExamples(ctx, start, cp, examples, nodes)
+	res.add(ex)
+	if err != nil {
+		return res, err
+	}
+	res.add(checkBackends(ctx, start, o, cp, nodes[0]))
+	// The other node, whose runtime mode differs: its own backend (env).
+	res.add(checkBackend(ctx, o, cp, nodes[1], "env"))
+	stepLog(start, "backend env checked on %s", nodes[1].name)
+	for _, n := range nodes {
+		res.containers++
+		res.failures += runtimeControl(ctx, o, cp, n, cardCount(o.fakeCards))
+		if n.mode.nvidiaDefault && !nvidiaRuntimeRan(n.dir) {
+			res.failures++
+			fmt.Printf("FAIL %s (%s): NVIDIA's runtime never ran there (%s/nvidia-container-runtime.log)\n", n.name, n.mode, n.dir)
+		}
+	}
+	ex, err = examplesOnOperatorSpecs(ctx, start, o, cp, examples, nodes)
+	res.add(ex)
+	return res, err
+}
+
+// checkExamples applies the examples, checks that the admission policies
+// refused the ones labelled rejected, waits for the others and checks
+// every container's own output.
+func checkExamples(ctx context.Context, start time.Time, cp *harness.ControlPlane, examples string, nodes []*node) (result, error) {
+	var res result
 	applied, refused, err := applyExamples(ctx, cp, examples)
 	if err != nil {
 		return res, err
@@ -122,18 +149,6 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 			} else {
 				fmt.Printf("ok   %s/%s container %s on %s\n", p.Namespace, p.Name, c.Name, p.Spec.NodeName)
 			}
-		}
-	}
-	res.add(checkBackends(ctx, start, o, cp, nodes[0]))
-	// The other node, whose runtime mode differs: its own backend (env).
-	res.add(checkBackend(ctx, o, cp, nodes[1], "env"))
-	stepLog(start, "backend env checked on %s", nodes[1].name)
-	for _, n := range nodes {
-		res.containers++
-		res.failures += runtimeControl(ctx, o, cp, n, cardCount(o.fakeCards))
-		if n.mode.nvidiaDefault && !nvidiaRuntimeRan(n.dir) {
-			res.failures++
-			fmt.Printf("FAIL %s (%s): NVIDIA's runtime never ran there (%s/nvidia-container-runtime.log)\n", n.name, n.mode, n.dir)
 		}
 	}
 	return res, nil
