@@ -64,23 +64,16 @@ type nvmlActivity struct {
 
 // onlineActivity reads the card's NVML samples newer than the last seen.
 func (c *Controller) onlineActivity(cd *card, now time.Time) (activity, error) {
-	dev, ok := c.cfg.Devices[cd.id.UUID]
-	if !ok {
-		return activity{}, fmt.Errorf("card %s: no NVML device", cd.id.UUID)
-	}
 	a := &cd.nvml
 	if a.procs == nil {
 		a.procs = map[uint32]*procSample{}
 	}
-	samples, ret := dev.GetProcessUtilization(a.lastSeen)
-	switch ret {
-	case nvml.SUCCESS, nvml.ERROR_NOT_FOUND: // NOT_FOUND: no sample newer than lastSeen
-	default:
-		return activity{}, fmt.Errorf("card %s: process utilization: %s", cd.id.UUID, ret.Error())
+	samples, err := c.processSamples(cd, now)
+	if err != nil {
+		return activity{}, err
 	}
 	newBusy := false
 	for _, s := range samples {
-		a.lastSeen = max(a.lastSeen, s.TimeStamp)
 		if !cd.online[c.podOf(s.Pid)] {
 			continue
 		}

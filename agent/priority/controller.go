@@ -231,6 +231,7 @@ func (c *Controller) decide(ctx context.Context, cd *card, policy protocol.Polic
 	} else {
 		cd.act, cd.preempting = activity{}, false // the online pods went away
 	}
+	c.checkBypass(ctx, cd, now)
 	want := c.desired(cd, policy)
 	for uid, reason := range want {
 		if p := c.pods[uid]; p != nil && reason != "" && !c.mayFreeze(ctx, p, now) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
@@ -29,6 +30,10 @@ type card struct {
 	preempting bool      // offline pods are held for the online ones
 	failing    bool      // NVML errors: failing open
 	share      shares
+	// The poll's NVML process samples (processSamples), read once per poll.
+	samples    []nvml.ProcessUtilizationSample
+	samplesAt  time.Time
+	samplesErr error
 }
 
 // offline is an offline pod and how it is suspended.
@@ -43,6 +48,7 @@ type offline struct {
 	noFreeze             bool              // a liveness probe tolerates no freeze
 	regions              []*regionFile
 	mech                 string // MechInterception when every container has a blockable region
+	bypassed             bool   // computed through a block: the freezer from now on (bypass.go)
 	podDir               string
 	dirs                 map[string]string // container ID → its cgroup dir, once found
 	frozenDirs           []string          // what the freezer froze
@@ -177,7 +183,7 @@ func (c *Controller) updateOffline(ctx context.Context, p *offline, pod *v1.Pod)
 		}
 	}
 	mech := MechFreezer
-	if usable {
+	if usable && !p.bypassed {
 		mech = MechInterception
 	}
 	if mech != p.mech && p.mech != "" && p.frozen != "" {

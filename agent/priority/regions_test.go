@@ -3,8 +3,11 @@ package priority
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/record"
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
@@ -189,4 +192,77 @@ func TestInterceptionNeedsHostPIDs(t *testing.T) {
 		h.until(func() bool { return region(t, paths[SimOffline1]).RecentKernel == hamiregion.RecentKernelBlocked },
 			time.Second, "NVML activity of an online pod whose launches go unrecorded")
 	})
+}
+
+// TestInterceptionBypassed: an offline pod whose process keeps computing
+// while its launches are blocked (launches HAMi-core does not intercept)
+// is frozen with the cgroup freezer once NVML shows it past the grace,
+// its regions let go, a Warning Event says why, and it stays on the
+// freezer for the next suspension; the other offline pod, idle while
+// blocked, stays on interception.
+func TestInterceptionBypassed(t *testing.T) {
+	rec := record.NewFakeRecorder(100)
+	var paths map[string]string
+	h := newHarness(t, cgroup.V2, true, nvmlPeriod, func(c *Config) {
+		c.RegionRoot = filepath.Join(t.TempDir(), "regions")
+		c.Recorder = rec
+	})
+	var err error
+	if paths, err = h.s.EnableRegions(h.c.cfg.RegionRoot); err != nil {
+		t.Fatal(err)
+	}
+	h.run(DefaultGrantsEvery+poll, nil)
+	blocked := func(uid string) bool { return region(t, paths[uid]).RecentKernel == hamiregion.RecentKernelBlocked }
+	launching := func() { launch(t, paths[SimOnline]) }
+	launching()
+	h.run(poll, nil)
+	if !blocked(SimOffline1) || !blocked(SimOffline2) {
+		t.Fatal("offline pods not blocked a poll after an online launch")
+	}
+	h.s.Cards[0].SetBusy(200, true) // SimOffline1's process computes through the block
+	start := h.s.Now
+	for !h.s.Frozen(SimOffline1) {
+		if h.s.Now.Sub(start) > h.c.bypassGrace()+time.Second {
+			t.Fatalf("a pod computing through its block not frozen within %s", h.s.Now.Sub(start))
+		}
+		launching()
+		h.run(50*time.Millisecond, nil)
+	}
+	if d := h.s.Now.Sub(start); d < h.c.bypassGrace() {
+		t.Errorf("frozen %s after the block, before the grace %s", d, h.c.bypassGrace())
+	}
+	if blocked(SimOffline1) {
+		t.Error("the frozen pod's regions still blocked")
+	}
+	if h.s.Frozen(SimOffline2) || !blocked(SimOffline2) {
+		t.Errorf("the idle offline pod: frozen %v, blocked %v; want interception", h.s.Frozen(SimOffline2), blocked(SimOffline2))
+	}
+	if ev := drain(rec); !strings.Contains(ev, ReasonInterceptionBypassed) {
+		t.Errorf("events %q, want %s", ev, ReasonInterceptionBypassed)
+	}
+	// Idle online pod: both let go; busy again: the freezer for the one
+	// that bypassed, interception for the other.
+	h.s.Cards[0].SetBusy(200, false)
+	h.until(func() bool { return !h.s.Frozen(SimOffline1) && !blocked(SimOffline2) }, 2*time.Second, "release")
+	h.run(DefaultGrantsEvery+poll, nil) // a grants refresh must not bring interception back
+	launching()
+	h.run(2*poll, nil)
+	if !h.s.Frozen(SimOffline1) || blocked(SimOffline1) {
+		t.Errorf("next suspension of the pod that bypassed: frozen %v, blocked %v; want the freezer", h.s.Frozen(SimOffline1), blocked(SimOffline1))
+	}
+	if h.s.Frozen(SimOffline2) || !blocked(SimOffline2) {
+		t.Error("next suspension of the other pod: not by interception")
+	}
+}
+
+func drain(rec *record.FakeRecorder) string {
+	var out []string
+	for {
+		select {
+		case e := <-rec.Events:
+			out = append(out, e)
+		default:
+			return strings.Join(out, "\n")
+		}
+	}
 }

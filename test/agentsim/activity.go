@@ -8,7 +8,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent"
-	"github.com/qgpu-scheduler/qgpu/agent/fakeactivity"
+	"github.com/qgpu-scheduler/qgpu/test/fakeactivity"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
 )
 
@@ -18,7 +18,7 @@ type activity struct {
 }
 
 func (a *activity) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&a.file, "fake-activity-file", "", "with --fake-cards: simulate a process and a cgroup for every granted pod under --cgroup-root and --proc-root (scratch directories), busy or idle as this file says, one \"<namespace>/<pod> busy|idle\" a line (agent/fakeactivity)")
+	fs.StringVar(&a.file, "fake-activity-file", "", "with --fake-cards: simulate a process and a cgroup for every granted pod under --cgroup-root and --proc-root (scratch directories), busy or idle as this file says, one \"<namespace>/<pod> busy|idle\" a line (test/fakeactivity)")
 }
 
 // sidecar returns the simulation of --fake-activity-file (nil without it).

@@ -1,5 +1,5 @@
 // Command qgpu-agent-sim is qgpu-agent with the simulated GPU activity of
-// agent/fakeactivity: with --fake-cards and --fake-activity-file it gives
+// test/fakeactivity: with --fake-cards and --fake-activity-file it gives
 // every granted pod a fake process and cgroup, busy or idle as the file
 // says, so that the priority controller runs on a node without GPUs. The
 // test harness, the playground and make chaos run it on mixed nodes; the

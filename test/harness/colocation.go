@@ -14,7 +14,7 @@ import (
 // Files in a node's root dir that its agent reads or writes (simArgs).
 const (
 	// ActivityFileName scripts which pods of a mixed node compute on their
-	// fake cards: "<namespace>/<pod> busy|idle" a line (agent/fakeactivity).
+	// fake cards: "<namespace>/<pod> busy|idle" a line (test/fakeactivity).
 	ActivityFileName = "activity"
 	// MetricsAddrFileName holds the agent's bound metrics address.
 	MetricsAddrFileName = "metrics-addr"
