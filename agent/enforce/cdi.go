@@ -110,7 +110,7 @@ func (c *CDISpecs) CardDevices(slices []protocol.Slice) ([]string, error) {
 	for _, s := range slices {
 		name, tried := c.cardDevice(s)
 		if name == "" {
-			return nil, fmt.Errorf("%w: none of the CDI devices %s in %s (generate the node's spec: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml; docs/backend-env.md)",
+			return nil, fmt.Errorf("%w: none of the CDI devices %s in %s (the agent writes its own card spec at start unless --cdi-card-kind is empty: its log says why it could not; or generate NVIDIA's: nvidia-ctk cdi generate --output=/var/run/cdi/nvidia.yaml; docs/install.md#gpu-operator)",
 				ErrCDIDeviceMissing, strings.Join(tried, ", "), strings.Join(c.nodeDirs, ", "))
 		}
 		names = append(names, name)
