@@ -1,6 +1,7 @@
 package cardspec
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	qnvml "github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
 // fakeDriverRoot lays out a driver root as the driver installs it: device
@@ -161,5 +164,47 @@ func TestBadOptionsWriteNothing(t *testing.T) {
 				t.Errorf("wrote %v", entries)
 			}
 		})
+	}
+}
+
+// TestGPUOperatorNodeServed: on a node whose only NVIDIA spec is GPU
+// Operator's management.nvidia.com/gpu=all, no card can be handed out
+// (all would give every card); with the agent's card spec written at
+// start, each card resolves to its own device under the agent's kind.
+func TestGPUOperatorNodeServed(t *testing.T) {
+	root := fakeDriverRoot(t, 2)
+	dir := t.TempDir()
+	management := `cdiVersion: 0.5.0
+kind: management.nvidia.com/gpu
+devices:
+- name: all
+  containerEdits:
+    deviceNodes:
+    - path: /dev/nvidia0
+    - path: /dev/nvidia1
+`
+	if err := os.WriteFile(filepath.Join(dir, "management.nvidia.com-gpu.yaml"), []byte(management), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f := fakeNVML(t, "2xT4")
+	card := []protocol.Slice{{Index: 1, UUID: f.UUIDs()[1], MemoryGiB: 4, Cores: 30}}
+	before, err := enforce.NewCDISpecs(dir, []string{dir}, DefaultKind, enforce.CDICardKind, enforce.CDIDevicePluginKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := before.CardDevices(card); !errors.Is(err, enforce.ErrCDIDeviceMissing) {
+		t.Fatalf("management spec only: %v, want ErrCDIDeviceMissing", err)
+	}
+	if _, err := Write(Options{Kind: DefaultKind, Dir: dir, DriverRoot: "/", DriverRootCtrPath: root,
+		DevRoot: "/", DevRootCtrPath: root, NVML: f}); err != nil {
+		t.Fatal(err)
+	}
+	after, err := enforce.NewCDISpecs(dir, []string{dir}, DefaultKind, enforce.CDICardKind, enforce.CDIDevicePluginKind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := after.CardDevices(card)
+	if err != nil || !slices.Equal(names, []string{"qgpu.io/gpu=" + f.UUIDs()[1]}) {
+		t.Errorf("with the card spec: %v, %v; want [qgpu.io/gpu=%s]", names, err, f.UUIDs()[1])
 	}
 }

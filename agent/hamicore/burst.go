@@ -13,6 +13,7 @@ import (
 type region struct {
 	f     *hamiregion.File
 	s     hamiregion.Snapshot
+	g     store.Grant // the container's memory grant
 	cards []string
 }
 
@@ -91,7 +92,7 @@ func (k *Keeper) openRegions(grants []store.Grant) []region {
 			f.Close()
 			continue
 		}
-		r := region{f: f, s: s}
+		r := region{f: f, s: s, g: g}
 		for _, sl := range g.Slices {
 			r.cards = append(r.cards, sl.UUID)
 		}

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
-	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
 // ContainerUsage is what a container's region says it uses, as HAMi's
@@ -32,32 +31,17 @@ func (k *Keeper) Usage() []ContainerUsage {
 		return nil
 	}
 	var out []ContainerUsage
-	for _, g := range grants {
-		if g.Resource != protocol.ResourceMemory {
-			continue
-		}
-		path, err := hamiregion.RegionPath(k.cfg.Root, g.PodUID, g.Container)
-		if err != nil {
-			continue
-		}
-		f, err := hamiregion.Open(path)
-		if err != nil {
-			continue
-		}
-		s, err := f.Read()
-		f.Close()
-		if err != nil || !s.Alive(k.alive) {
-			continue
-		}
+	for _, r := range k.openRegions(grants) {
+		r.f.Close()
 		index := map[string]int{}
-		for _, sl := range g.Slices {
+		for _, sl := range r.g.Slices {
 			index[sl.UUID] = sl.Index
 		}
-		u := ContainerUsage{Namespace: g.Namespace, Pod: g.Name, Container: g.Container}
-		if s.LastKernelTime > 0 {
-			u.LastKernel = time.Unix(s.LastKernelTime, 0)
+		u := ContainerUsage{Namespace: r.g.Namespace, Pod: r.g.Name, Container: r.g.Container}
+		if r.s.LastKernelTime > 0 {
+			u.LastKernel = time.Unix(r.s.LastKernelTime, 0)
 		}
-		for _, c := range s.Usage() {
+		for _, c := range r.s.Usage() {
 			i, ok := index[c.UUID]
 			if !ok {
 				continue // a card the grant does not name: not the container's to report

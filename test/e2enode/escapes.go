@@ -38,14 +38,7 @@ func cardlessEscapes(ctx context.Context, o options, cp *harness.ControlPlane, n
 		return p
 	}
 
-	p, err := cp.Client.CoreV1().Pods(examplesNamespace).Create(ctx, pod("be-"+backend+"-cardless"), metav1.CreateOptions{})
-	if err == nil {
-		p, err = waitPodSettled(ctx, cp, p.Name)
-	}
-	var lines []verify.Line
-	if err == nil {
-		lines, err = containerOutput(n.dir, p, "probe")
-	}
+	p, lines, err := runProbe(ctx, cp, n, pod("be-"+backend+"-cardless"))
 	if err != nil {
 		fail("%s: a pod without a qGPU resource on %s: %v", backend, n.name, err)
 	} else {
@@ -94,14 +87,7 @@ func runtimeControl(ctx context.Context, o options, cp *harness.ControlPlane, n 
 	class := nvidiaRuntimeClass
 	p.Spec.RuntimeClassName = &class
 	defer func() { _ = deleteAndWait(ctx, cp, "app.kubernetes.io/part-of="+backendsLabel) }()
-	p, err := cp.Client.CoreV1().Pods(examplesNamespace).Create(ctx, p, metav1.CreateOptions{})
-	if err == nil {
-		p, err = waitPodSettled(ctx, cp, p.Name)
-	}
-	var lines []verify.Line
-	if err == nil {
-		lines, err = containerOutput(n.dir, p, "probe")
-	}
+	_, lines, err := runProbe(ctx, cp, n, p)
 	if err != nil {
 		fmt.Printf("FAIL control on %s: a pod under RuntimeClass nvidia: %v\n", n.name, err)
 		return 1
@@ -122,4 +108,18 @@ func runtimeControl(ctx context.Context, o options, cp *harness.ControlPlane, n 
 	}
 	fmt.Printf("ok   control on %s (%s): an opted-out pod under RuntimeClass nvidia with NVIDIA_VISIBLE_DEVICES=all sees %d of %d cards\n", n.name, n.mode, seen, cards)
 	return 0
+}
+
+// runProbe creates the probe pod p, waits until it runs and returns it
+// with its output.
+func runProbe(ctx context.Context, cp *harness.ControlPlane, n *node, p *corev1.Pod) (*corev1.Pod, []verify.Line, error) {
+	p, err := cp.Client.CoreV1().Pods(examplesNamespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	if p, err = waitPodSettled(ctx, cp, p.Name); err != nil {
+		return p, nil, err
+	}
+	lines, err := containerOutput(n.dir, p, "probe")
+	return p, lines, err
 }

@@ -58,7 +58,7 @@ func examplesOnOperatorSpecs(ctx context.Context, start time.Time, o options, cp
 		return res, fmt.Errorf("the agent on %s with --cdi-card-kind=\"\" not Ready: %w", n.name, err)
 	}
 	dir := filepath.Join(n.dir, "cdi-dynamic")
-	if err := os.Remove(filepath.Join(dir, "qgpu.io-gpu.yaml")); err != nil {
+	if err := os.Remove(filepath.Join(dir, "qgpu.io-gpu.yaml")); err != nil && !os.IsNotExist(err) {
 		return res, fmt.Errorf("removing the agent's card spec: %w", err)
 	}
 	if err := writeDevicePluginSpec(dir, n.name, cardCount(o.fakeCards)); err != nil {
