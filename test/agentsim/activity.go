@@ -8,8 +8,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent"
-	"github.com/qgpu-scheduler/qgpu/test/fakeactivity"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/test/fakeactivity"
 )
 
 // activity is the --fake-activity-file sidecar.
