@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -102,9 +103,70 @@ func TestMPS(t *testing.T) {
 			t.Errorf("%s: thread percentage %q, want %q", policy, got.Envs["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"], want)
 		}
 	}
-	whole, _ := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0, whole2))
+	for _, u := range []string{whole0.UUID, whole2.UUID} { // the control daemon switched them
+		if err := os.MkdirAll(filepath.Join(root, u), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, u, MPSWholeFile), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0, whole2))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, ok := whole.Envs["CUDA_MPS_PIPE_DIRECTORY"]; ok || len(whole.Mounts) != 0 {
 		t.Errorf("whole cards got MPS: %v %v", whole.Envs, whole.Mounts)
+	}
+}
+
+// TestMPSWholeCard: a card handed out whole is first asked out of MPS
+// (request "whole"), and answered only once the control daemon marked it
+// whole (DEFAULT compute mode: under EXCLUSIVE_PROCESS the pod could run one
+// CUDA process on it); without the daemon's switch the Allocate is
+// refused. A slice on that card later asks it back (request "shared") and
+// waits for the daemon to be ready again.
+func TestMPSWholeCard(t *testing.T) {
+	root := mpsNode(t, whole0.UUID)
+	b := &MPS{Control: MPSRoot{Root: root, Wait: 300 * time.Millisecond}}
+	whole := req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0)
+	_, err := b.Allocate(whole)
+	if !errors.Is(err, ErrMPSNotReady) || !strings.Contains(err.Error(), "whole") {
+		t.Fatalf("no switch by the daemon: %v, want ErrMPSNotReady naming the request", err)
+	}
+	request := filepath.Join(root, whole0.UUID, MPSRequestFile)
+	if got, _ := os.ReadFile(request); string(got) != MPSRequestWhole {
+		t.Fatalf("request %q, want %q", got, MPSRequestWhole)
+	}
+	// The daemon switches: its ready file goes, the card is marked whole.
+	os.Remove(filepath.Join(root, whole0.UUID, MPSReadyFile))
+	if err := os.WriteFile(filepath.Join(root, whole0.UUID, MPSWholeFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Allocate(whole); err != nil {
+		t.Fatalf("card marked whole: %v", err)
+	}
+	// A slice on the card: asked back to shared; the daemon comes back.
+	slice := protocol.Slice{Index: whole0.Index, UUID: whole0.UUID, MemoryGiB: 4, Cores: 30}
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, slice))
+		done <- err
+	}()
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if got, _ := os.ReadFile(request); string(got) == MPSRequestShared {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a slice on a whole card did not ask for it back")
+		}
+	}
+	os.Remove(filepath.Join(root, whole0.UUID, MPSWholeFile))
+	if err := os.WriteFile(filepath.Join(root, whole0.UUID, MPSReadyFile), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("slice once the daemon is back: %v", err)
 	}
 }
 

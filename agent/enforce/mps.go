@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
@@ -23,10 +24,18 @@ const (
 // mps-control-daemon, its own DaemonSet) and the agent:
 // <root>/<uuid>/{pipe,log}, <root>/<uuid>/ready while the card's daemon
 // answers, and <root>/shm, the tmpfs directory mounted at /dev/shm in the
-// daemon and every client.
+// daemon and every client. The agent writes <root>/<uuid>/request: "whole"
+// when it hands the card out whole (the daemon quits, the card goes back
+// to the DEFAULT compute mode, and <root>/<uuid>/whole says so), "shared"
+// (or no file) for slices (EXCLUSIVE_PROCESS and a daemon, as before).
 const (
-	MPSReadyFile = "ready"
-	MPSShmDir    = "shm"
+	MPSReadyFile   = "ready"
+	MPSShmDir      = "shm"
+	MPSRequestFile = "request"
+	MPSWholeFile   = "whole"
+
+	MPSRequestWhole  = "whole"
+	MPSRequestShared = "shared"
 )
 
 // ErrMPSNotReady: the card's control daemon is not running. A CUDA client
@@ -39,20 +48,78 @@ type MPSControl interface {
 	// Dirs returns the card's host pipe directory and the shared memory
 	// directory, or ErrMPSNotReady.
 	Dirs(uuid string) (pipe, shm string, err error)
+	// Whole makes the card a plain card: no MPS daemon, the DEFAULT compute
+	// mode (under EXCLUSIVE_PROCESS a pod given the whole card could run
+	// one CUDA process on it); ErrMPSNotReady when the daemon did not
+	// switch in time.
+	Whole(uuid string) error
 }
 
-// MPSRoot finds the daemons the control daemon DaemonSet runs under Root;
-// the agent only reads.
+// MPSRoot finds the daemons the control daemon DaemonSet runs under Root,
+// and asks it to switch a card between shared and whole through request
+// files, waiting up to Wait (DefaultMPSWait) for the switch.
 type MPSRoot struct {
 	Root string
+	Wait time.Duration
 }
 
-// Dirs implements MPSControl.
+// DefaultMPSWait bounds how long an Allocate waits for the control daemon
+// to switch a card (it looks every second).
+const DefaultMPSWait = 10 * time.Second
+
+// request writes the card's request if it says otherwise, and waits until
+// done holds.
+func (r MPSRoot) request(uuid, want string, done func(card string) bool) error {
+	if r.Root == "" {
+		return errors.New("--mps-root is not set")
+	}
+	card := filepath.Join(r.Root, uuid)
+	if done(card) {
+		return nil
+	}
+	path := filepath.Join(card, MPSRequestFile)
+	if got, err := os.ReadFile(path); err != nil || string(got) != want {
+		if err := os.MkdirAll(card, 0o755); err != nil {
+			return fmt.Errorf("asking the MPS control daemon for a %s card: %w", want, err)
+		}
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			return fmt.Errorf("asking the MPS control daemon for a %s card: %w", want, err)
+		}
+	}
+	wait := r.Wait
+	if wait <= 0 {
+		wait = DefaultMPSWait
+	}
+	deadline := time.Now().Add(wait)
+	for !done(card) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w %s: asked for a %s card (%s), not switched within %s (clients still on its daemon, or the qgpu-mps-control-daemon DaemonSet not running; docs/backend-mps.md)",
+				ErrMPSNotReady, uuid, want, path, wait)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+// Whole implements MPSControl.
+func (r MPSRoot) Whole(uuid string) error {
+	return r.request(uuid, MPSRequestWhole, func(card string) bool { return exists(filepath.Join(card, MPSWholeFile)) })
+}
+
+// Dirs implements MPSControl. A card handed out whole before is asked
+// back to shared first.
 func (r MPSRoot) Dirs(uuid string) (pipe, shm string, err error) {
 	if r.Root == "" {
 		return "", "", errors.New("--mps-root is not set")
 	}
 	card := filepath.Join(r.Root, uuid)
+	if exists(filepath.Join(card, MPSWholeFile)) || readString(filepath.Join(card, MPSRequestFile)) == MPSRequestWhole {
+		if err := r.request(uuid, MPSRequestShared, func(card string) bool { return exists(filepath.Join(card, MPSReadyFile)) }); err != nil {
+			return "", "", err
+		}
+	}
 	if _, err := os.Stat(filepath.Join(card, MPSReadyFile)); err != nil {
 		return "", "", fmt.Errorf("%w %s: %s is missing (is the qgpu-mps-control-daemon DaemonSet running on this node? docs/backend-mps.md)",
 			ErrMPSNotReady, uuid, filepath.Join(card, MPSReadyFile))
@@ -62,6 +129,11 @@ func (r MPSRoot) Dirs(uuid string) (pipe, shm string, err error) {
 		return "", "", fmt.Errorf("%w %s: shared memory directory %s is missing", ErrMPSNotReady, uuid, shm)
 	}
 	return filepath.Join(card, "pipe"), shm, nil
+}
+
+func readString(path string) string {
+	raw, _ := os.ReadFile(path)
+	return string(raw)
 }
 
 // MPS enforces through NVIDIA MPS: a pinned device memory limit per client and
@@ -79,9 +151,16 @@ func (m *MPS) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error
 	if err != nil {
 		return nil, err
 	}
-	// Whole cards (general C = 100·k) are exclusive: no MPS client is needed,
-	// and one MPS pipe directory could not serve several cards' daemons.
+	// Whole cards (general C = 100·k) are exclusive: no MPS client is
+	// needed (one MPS pipe directory could not serve several cards'
+	// daemons), and the card leaves MPS and EXCLUSIVE_PROCESS, so that the
+	// pod can run as many CUDA processes on it as it likes.
 	if exclusive(req) || len(req.Slices) != 1 {
+		for _, s := range req.Slices {
+			if err := m.Control.Whole(s.UUID); err != nil {
+				return nil, err
+			}
+		}
 		return resp, nil
 	}
 	s := req.Slices[0]

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/test/e2enode/verify"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
@@ -63,9 +66,11 @@ type variant struct {
 	name     string
 	override bool
 	nonRoot  bool
+	whole    bool // a whole card (mps only: the card must leave MPS)
 }
 
-var variants = []variant{{name: "plain"}, {name: "override", override: true}, {name: "nonroot", override: true, nonRoot: true}}
+var variants = []variant{{name: "plain"}, {name: "override", override: true}, {name: "nonroot", override: true, nonRoot: true},
+	{name: "whole", whole: true}}
 
 // checkBackends runs, on the first node relabelled to each backend in turn
 // (policy fixed-share, so that every limit applies), the probe pods of
@@ -112,13 +117,21 @@ func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *n
 	}
 	var tally verify.Tally
 	for _, v := range variants {
+		if v.whole && backend != "mps" {
+			continue
+		}
 		p, lines, err := runBackendPod(ctx, o, cp, n, backend, v)
 		res.containers++
 		if err != nil {
 			fail("%s: %v", backend, err)
 			continue
 		}
-		problems := append(backendProblems(backend, p, lines), n.driverProblems(lines)...)
+		var problems []string
+		if v.whole {
+			problems = wholeCardProblems(p, lines, n)
+		} else {
+			problems = append(backendProblems(backend, p, lines), n.driverProblems(lines)...)
+		}
 		if v.override {
 			t, escaped := escapeAttempts(backend, lines)
 			tally.Add(t)
@@ -205,7 +218,7 @@ func runBackendPod(ctx context.Context, o options, cp *harness.ControlPlane, n *
 		if err == nil {
 			var lines []verify.Line
 			if lines, err = containerOutput(n.dir, p, "probe"); err == nil {
-				if got := verify.Backend(lines); got == backend || v.override {
+				if got := verify.Backend(lines); got == backend || v.override || v.whole {
 					return p, lines, nil
 				}
 				err = fmt.Errorf("answered by the %s backend", verify.Backend(lines))
@@ -226,6 +239,9 @@ func backendPod(name, node string, o options, v variant) *corev1.Pod {
 			protocol.ResourceMemory: resource.MustParse("2"), protocol.ResourceCore: resource.MustParse("20")}}}
 	if v.override {
 		c.Env = overrides()
+	}
+	if v.whole {
+		c.Resources.Limits[protocol.ResourceCore] = resource.MustParse("100")
 	}
 	if v.nonRoot {
 		uid := int64(65534)
@@ -360,4 +376,26 @@ func labelNode(ctx context.Context, cp *harness.ControlPlane, node string, label
 	patch := `{"metadata":{"labels":{` + strings.Join(parts, ",") + `}}}`
 	_, err := cp.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
+}
+
+// wholeCardProblems checks a whole-card probe on an mps node: its card and
+// nothing of MPS (no pipe directory, no MPS variable), and the control
+// daemon marked its card whole on the node (out of MPS and
+// EXCLUSIVE_PROCESS, so that the pod may run several CUDA processes).
+func wholeCardProblems(p *corev1.Pod, lines []verify.Line, n *node) []string {
+	problems := append(verify.Container(p, "probe", lines, DeviceRoot), n.driverProblems(lines)...)
+	for _, l := range lines {
+		if (l.Kind == "env" && strings.HasPrefix(l.Name, "CUDA_MPS_")) || (l.Kind == "mount" && l.Target == "/tmp/nvidia-mps") {
+			problems = append(problems, "a whole card with MPS: "+l.Name+l.Target)
+		}
+	}
+	a, err := protocol.DecodeAssignment([]byte(p.Annotations[protocol.AnnotationAssignment]))
+	if err != nil || len(a.Containers) == 0 || len(a.Containers[0].Slices) == 0 {
+		return append(problems, fmt.Sprintf("assignment: %v", err))
+	}
+	uuid := a.Containers[0].Slices[0].UUID
+	if _, err := os.Stat(filepath.Join(n.dir, "run-qgpu", "mps", uuid, enforce.MPSWholeFile)); err != nil {
+		problems = append(problems, "the MPS control daemon did not mark card "+uuid+" whole: "+err.Error())
+	}
+	return problems
 }

@@ -63,7 +63,8 @@ type Daemons struct {
 
 type daemon struct {
 	uuid, pipe, log, ready string
-	stop                   chan struct{} // closed by Stop
+	stop                   chan struct{} // closed by Stop or release
+	done                   chan struct{} // closed when its supervisor returns
 }
 
 // New returns a supervisor with default backoff (1 s to 1 min), quit
@@ -101,7 +102,7 @@ func (d *Daemons) start(uuid string) error {
 	}
 	card := filepath.Join(d.Root, uuid)
 	m := &daemon{uuid: uuid, pipe: filepath.Join(card, "pipe"), log: filepath.Join(card, "log"),
-		ready: filepath.Join(card, enforce.MPSReadyFile), stop: make(chan struct{})}
+		ready: filepath.Join(card, enforce.MPSReadyFile), stop: make(chan struct{}), done: make(chan struct{})}
 	_ = os.Remove(m.ready) // left by a daemon that was killed
 	for _, dir := range []string{m.pipe, m.log} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -111,6 +112,7 @@ func (d *Daemons) start(uuid string) error {
 	if err := d.Modes.SetExclusiveProcess(uuid, true); err != nil {
 		return fmt.Errorf("setting compute mode EXCLUSIVE_PROCESS: %w", err)
 	}
+	_ = os.Remove(filepath.Join(card, enforce.MPSWholeFile))
 	d.daemons[uuid] = m
 	d.wg.Add(1)
 	go d.supervise(m)
@@ -125,6 +127,7 @@ func (d *Daemons) env(m *daemon) []string {
 // supervise runs the daemon until Stop, restarting it when it exits.
 func (d *Daemons) supervise(m *daemon) {
 	defer d.wg.Done()
+	defer close(m.done)
 	logger := d.Logger.WithValues("card", m.uuid)
 	delays := newRestartDelays(d.MinBackoff, d.MaxBackoff)
 	for {

@@ -35,6 +35,7 @@ fi
 read cmd
 echo "$cmd $CUDA_MPS_PIPE_DIRECTORY" >> "$rec"
 [ "$cmd" = quit ] && touch "$CUDA_MPS_PIPE_DIRECTORY/quit"
+[ "$cmd" = get_server_list ] && [ -e "$CUDA_MPS_PIPE_DIRECTORY/server" ] && echo 4242
 exit 0
 `
 

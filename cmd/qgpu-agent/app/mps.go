@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/spf13/cobra"
@@ -89,6 +90,8 @@ func (o *mpsOptions) run(ctx context.Context) error {
 		return err
 	}
 	logger.Info("MPS control daemons started", "cards", len(uuids), "root", o.root, "shm", shm, "simulated", o.bin == "")
+	// Cards the agent hands out whole leave MPS and EXCLUSIVE_PROCESS.
+	go d.Follow(ctx, uuids, time.Second)
 	<-ctx.Done()
 	logger.Info("Stopping the MPS control daemons")
 	return nil
