@@ -161,8 +161,8 @@ func New(cfg Config) (*Controller, error) {
 func (c *Controller) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx).WithName("priority")
 	ctx = klog.NewContext(ctx, logger)
-	defer c.thawAll(ctx)
-	if err := c.start(ctx, time.Now()); err != nil {
+	defer c.ThawAll(ctx)
+	if err := c.Start(ctx, time.Now()); err != nil {
 		return err
 	}
 	logger.Info("Priority controller running", "freezer", c.cfg.Freezer.Version, "poll", c.cfg.Poll, "idle", c.cfg.Idle,
@@ -174,13 +174,15 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			c.tick(ctx, time.Now())
+			c.Tick(ctx, time.Now())
 		}
 	}
 }
 
-// start reads the grants and undoes what a previous agent left suspended.
-func (c *Controller) start(ctx context.Context, now time.Time) error {
+// Start reads the grants and undoes what a previous agent left suspended.
+// Run calls it; Start, Tick and ThawAll drive the controller in simulated
+// time (the tests, test/prioritysim).
+func (c *Controller) Start(ctx context.Context, now time.Time) error {
 	c.now = now
 	if err := c.refresh(ctx, now); err != nil {
 		return fmt.Errorf("priority controller: reading grants: %w", err)
@@ -189,10 +191,10 @@ func (c *Controller) start(ctx context.Context, now time.Time) error {
 	return nil
 }
 
-// tick is one poll at now (the only clock the decisions read: tests and
+// Tick is one poll at now (the only clock the decisions read: tests and
 // the simulator step it in simulated time): refresh the pods if due, then
 // decide every card.
-func (c *Controller) tick(ctx context.Context, now time.Time) {
+func (c *Controller) Tick(ctx context.Context, now time.Time) {
 	c.now = now
 	if now.Sub(c.lastGrants) >= c.cfg.GrantsEvery {
 		if err := c.refresh(ctx, now); err != nil {

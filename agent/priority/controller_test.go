@@ -12,6 +12,7 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/test/prioritysim/simnode"
 )
 
 const (
@@ -31,20 +32,30 @@ var layouts = []struct {
 }
 
 // harness steps a controller in simulated time: no goroutine, no wall clock.
+// simConfig is a controller configuration for the simulated node.
+func simConfig(s *simnode.Sim, poll, idle time.Duration) (Config, error) {
+	n, err := s.Node()
+	if err != nil {
+		return Config{}, err
+	}
+	return Config{Poll: poll, Idle: idle, Grants: n.Grants, Pods: n.Pods, Devices: n.Devices,
+		Freezer: n.Freezer, Procs: n.Procs, ProcRoot: n.ProcRoot}, nil
+}
+
 type harness struct {
 	t   *testing.T
-	s   *Sim
+	s   *simnode.Sim
 	c   *Controller
 	ctx context.Context
 }
 
 func newHarness(t *testing.T, v cgroup.Version, systemd bool, period time.Duration, edit func(*Config)) *harness {
 	t.Helper()
-	s, err := NewSim(t.TempDir(), v, systemd, period)
+	s, err := simnode.NewSim(t.TempDir(), v, systemd, period)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := s.Config(poll, idle)
+	cfg, err := simConfig(s, poll, idle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +67,7 @@ func newHarness(t *testing.T, v cgroup.Version, systemd bool, period time.Durati
 		t.Fatal(err)
 	}
 	h := &harness{t: t, s: s, c: c, ctx: context.Background()}
-	if err := c.start(h.ctx, s.Now); err != nil {
+	if err := c.Start(h.ctx, s.Now); err != nil {
 		t.Fatal(err)
 	}
 	return h
@@ -65,15 +76,19 @@ func newHarness(t *testing.T, v cgroup.Version, systemd bool, period time.Durati
 // run polls for d; each (if set) is called after every poll.
 func (h *harness) run(d time.Duration, each func()) {
 	for end := h.s.Now.Add(d); h.s.Now.Before(end); {
-		h.c.tick(h.ctx, h.s.Advance(poll))
+		h.c.Tick(h.ctx, h.s.Advance(poll))
 		if each != nil {
 			each()
 		}
 	}
 }
 
-func (h *harness) frozen() bool { return h.s.Frozen(SimOffline1) && h.s.Frozen(SimOffline2) }
-func (h *harness) thawed() bool { return !h.s.Frozen(SimOffline1) && !h.s.Frozen(SimOffline2) }
+func (h *harness) frozen() bool {
+	return h.s.Frozen(simnode.SimOffline1) && h.s.Frozen(simnode.SimOffline2)
+}
+func (h *harness) thawed() bool {
+	return !h.s.Frozen(simnode.SimOffline1) && !h.s.Frozen(simnode.SimOffline2)
+}
 
 // until polls until cond holds (at most limit) and returns the simulated time it took.
 func (h *harness) until(cond func() bool, limit time.Duration, what string) time.Duration {
@@ -83,7 +98,7 @@ func (h *harness) until(cond func() bool, limit time.Duration, what string) time
 		if h.s.Now.Sub(start) > limit {
 			h.t.Fatalf("%s: not within %s of simulated time", what, limit)
 		}
-		h.c.tick(h.ctx, h.s.Advance(poll))
+		h.c.Tick(h.ctx, h.s.Advance(poll))
 	}
 	return h.s.Now.Sub(start)
 }
@@ -127,7 +142,7 @@ func TestSuspendResume(t *testing.T) {
 					}
 				})
 			}
-			for _, uid := range []string{SimOffline1, SimOffline2} {
+			for _, uid := range []string{simnode.SimOffline1, simnode.SimOffline2} {
 				if h.s.SidecarFrozen(uid) {
 					t.Errorf("pod %s: sidecar or pod cgroup frozen", uid)
 				}
@@ -189,7 +204,7 @@ func TestThawOnShutdown(t *testing.T) {
 			h := newHarness(t, l.version, l.systemd, nvmlPeriod, nil)
 			h.s.SetOnlineBusy(true)
 			h.until(h.frozen, time.Second, "busy online pod")
-			h.c.thawAll(h.ctx) // what Run defers; the online pod is still busy
+			h.c.ThawAll(h.ctx) // what Run defers; the online pod is still busy
 			if !h.thawed() {
 				t.Error("offline pods left frozen after the controller stopped")
 			}
@@ -203,21 +218,21 @@ func TestThawOnShutdown(t *testing.T) {
 func TestThawLeftoversAtStart(t *testing.T) {
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
-			s, err := NewSim(t.TempDir(), l.version, l.systemd, nvmlPeriod)
+			s, err := simnode.NewSim(t.TempDir(), l.version, l.systemd, nvmlPeriod)
 			if err != nil {
 				t.Fatal(err)
 			}
-			cfg, _ := s.Config(poll, idle)
-			for _, dir := range []string{s.GPU[SimOffline1], s.Dirs[SimOffline2], s.GPU[SimOffline2]} {
+			cfg, _ := simConfig(s, poll, idle)
+			for _, dir := range []string{s.GPU[simnode.SimOffline1], s.Dirs[simnode.SimOffline2], s.GPU[simnode.SimOffline2]} {
 				if err := cfg.Freezer.Freeze(dir); err != nil {
 					t.Fatal(err)
 				}
 			}
 			c, _ := New(cfg)
-			if err := c.start(context.Background(), s.Now); err != nil {
+			if err := c.Start(context.Background(), s.Now); err != nil {
 				t.Fatal(err)
 			}
-			if s.Frozen(SimOffline1) || s.Frozen(SimOffline2) || s.SidecarFrozen(SimOffline2) {
+			if s.Frozen(simnode.SimOffline1) || s.Frozen(simnode.SimOffline2) || s.SidecarFrozen(simnode.SimOffline2) {
 				t.Error("leftover frozen cgroups not thawed at start")
 			}
 		})
@@ -233,29 +248,29 @@ func TestDeletedWhileFrozen(t *testing.T) {
 			h := newHarness(t, l.version, l.systemd, nvmlPeriod, nil)
 			h.s.SetOnlineBusy(true)
 			h.until(h.frozen, time.Second, "busy online pod")
-			qos := "besteffort" // SimOffline1's
-			h.s.MarkDeleting(SimOffline1)
+			qos := "besteffort" // simnode.SimOffline1's
+			h.s.MarkDeleting(simnode.SimOffline1)
 			if l.version == cgroup.V1 {
-				if err := h.s.Tree.KillPod(qos, SimOffline1); err == nil {
+				if err := h.s.Tree.KillPod(qos, simnode.SimOffline1); err == nil {
 					t.Fatal("the fake v1 kubelet killed a frozen pod: the test cannot tell")
 				}
-				h.until(func() bool { return !h.s.Frozen(SimOffline1) }, time.Second, "pod being deleted thawed")
-				if !h.s.Frozen(SimOffline2) {
+				h.until(func() bool { return !h.s.Frozen(simnode.SimOffline1) }, time.Second, "pod being deleted thawed")
+				if !h.s.Frozen(simnode.SimOffline2) {
 					t.Error("the other offline pod was thawed too")
 				}
 				h.run(2*time.Second, func() { // never frozen again, though the online pod is busy
-					if h.s.Frozen(SimOffline1) {
+					if h.s.Frozen(simnode.SimOffline1) {
 						t.Fatal("a pod being deleted was frozen again")
 					}
 				})
 			}
 			// v2 kills frozen tasks; v1 only once thawed.
-			if err := h.s.Tree.KillPod(qos, SimOffline1); err != nil {
+			if err := h.s.Tree.KillPod(qos, simnode.SimOffline1); err != nil {
 				t.Fatalf("kill: %v", err)
 			}
-			h.s.DropPod(SimOffline1)
+			h.s.DropPod(simnode.SimOffline1)
 			h.run(time.Second, nil) // the vanished cgroup and grant are forgotten without error
-			if _, ok := h.c.pods[SimOffline1]; ok {
+			if _, ok := h.c.pods[simnode.SimOffline1]; ok {
 				t.Error("deleted pod still tracked")
 			}
 		})
@@ -267,18 +282,18 @@ func TestDeletedWhileFrozen(t *testing.T) {
 // is followed by a 3 s break; with failureThreshold 1 the pod is never frozen.
 func TestFreezeCap(t *testing.T) {
 	h := newHarness(t, cgroup.V2, true, nvmlPeriod, nil)
-	h.s.SetLiveness(SimOffline1, 2, 1, 3)
-	h.s.SetLiveness(SimOffline2, 2, 1, 1)
+	h.s.SetLiveness(simnode.SimOffline1, 2, 1, 3)
+	h.s.SetLiveness(simnode.SimOffline2, 2, 1, 1)
 	h.run(time.Second, nil) // a grants refresh reads the probes
 	h.s.SetOnlineBusy(true)
 	var runs []time.Duration
 	var since time.Time
 	frozen := false
 	h.run(20*time.Second, func() {
-		if h.s.Frozen(SimOffline2) {
+		if h.s.Frozen(simnode.SimOffline2) {
 			t.Fatal("pod with failureThreshold 1 frozen")
 		}
-		f := h.s.Frozen(SimOffline1)
+		f := h.s.Frozen(simnode.SimOffline1)
 		if f != frozen {
 			if frozen {
 				runs = append(runs, h.s.Now.Sub(since))
@@ -318,7 +333,7 @@ func TestOnlinePodGone(t *testing.T) {
 	h := newHarness(t, cgroup.V2, true, nvmlPeriod, nil)
 	h.s.SetOnlineBusy(true)
 	h.until(h.frozen, time.Second, "busy online pod")
-	h.s.DropPod(SimOnline)
+	h.s.DropPod(simnode.SimOnline)
 	if d := h.until(h.thawed, 2*time.Second, "online pod deleted"); d > DefaultGrantsEvery+poll {
 		t.Errorf("thawed %s after the deletion", d)
 	}
@@ -362,7 +377,7 @@ func TestFixedShare(t *testing.T) {
 	})
 	var run1, run2, both int
 	h.run(10*time.Second, func() {
-		f1, f2 := h.s.Frozen(SimOffline1), h.s.Frozen(SimOffline2)
+		f1, f2 := h.s.Frozen(simnode.SimOffline1), h.s.Frozen(simnode.SimOffline2)
 		if !f1 && !f2 {
 			both++
 		}

@@ -262,8 +262,8 @@ func (c *Controller) blockedAny(p *offline) bool {
 	return false
 }
 
-// thawAll releases every offline pod the controller holds (shutdown, panic).
-func (c *Controller) thawAll(ctx context.Context) {
+// ThawAll releases every offline pod the controller holds (shutdown, panic).
+func (c *Controller) ThawAll(ctx context.Context) {
 	n := 0
 	for _, p := range c.pods {
 		if p.frozen != "" {
@@ -286,4 +286,17 @@ func (c *Controller) release(ctx context.Context, p *offline, why string, now ti
 	}
 	c.apply(ctx, c.card(p.card), p, "", now, now)
 	klog.FromContext(ctx).V(4).Info("Released offline pod", "pod", klog.KRef(p.namespace, p.name), "why", why)
+}
+
+// FreezeBreaks counts the offline pods in a freeze cap's break at now (held
+// by nothing, so that their liveness probes pass): the simulator's measure
+// of how often the cap lets an offline pod run beside a busy online one.
+func (c *Controller) FreezeBreaks(now time.Time) int {
+	n := 0
+	for _, p := range c.pods {
+		if p.breakUntil.After(now) && p.frozen == "" {
+			n++
+		}
+	}
+	return n
 }

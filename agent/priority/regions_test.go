@@ -11,11 +11,12 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
+	"github.com/qgpu-scheduler/qgpu/test/prioritysim/simnode"
 )
 
 // interceptionHarness is a harness whose pods have HAMi-core regions;
 // edit may spoil them before the controller starts.
-func interceptionHarness(t *testing.T, edit func(s *Sim, paths map[string]string)) (*harness, map[string]string) {
+func interceptionHarness(t *testing.T, edit func(s *simnode.Sim, paths map[string]string)) (*harness, map[string]string) {
 	t.Helper()
 	var paths map[string]string
 	h := newHarness(t, cgroup.V2, true, nvmlPeriod, func(c *Config) {
@@ -60,32 +61,32 @@ func launch(t *testing.T, path string) {
 func TestInterception(t *testing.T) {
 	h, paths := interceptionHarness(t, nil)
 	blocked := func(uid string) bool { return region(t, paths[uid]).RecentKernel == hamiregion.RecentKernelBlocked }
-	launch(t, paths[SimOnline])
+	launch(t, paths[simnode.SimOnline])
 	h.run(poll, nil)
-	if !blocked(SimOffline1) || !blocked(SimOffline2) {
+	if !blocked(simnode.SimOffline1) || !blocked(simnode.SimOffline2) {
 		t.Fatal("offline pods not blocked a poll after an online launch")
 	}
-	if s := region(t, paths[SimOffline1]); s.UtilizationSwitch != 1 {
+	if s := region(t, paths[simnode.SimOffline1]); s.UtilizationSwitch != 1 {
 		t.Errorf("blocked region's switch %d: the library would not check the block", s.UtilizationSwitch)
 	}
 	// Launches every 50 ms for a second: never let go in between.
 	for range 20 {
-		launch(t, paths[SimOnline])
+		launch(t, paths[simnode.SimOnline])
 		h.run(50*time.Millisecond, func() {
-			if !blocked(SimOffline1) || !blocked(SimOffline2) {
+			if !blocked(simnode.SimOffline1) || !blocked(simnode.SimOffline2) {
 				t.Fatal("offline pods let go while the online pod launches")
 			}
 		})
 	}
 	last := h.s.Now.Add(-50 * time.Millisecond) // the poll that saw the last launch
-	d := h.until(func() bool { return !blocked(SimOffline1) && !blocked(SimOffline2) }, time.Second, "release")
+	d := h.until(func() bool { return !blocked(simnode.SimOffline1) && !blocked(simnode.SimOffline2) }, time.Second, "release")
 	if gone := h.s.Now.Sub(last); gone < idle || gone > idle+poll {
 		t.Errorf("released %s after the last launch was seen (waited %s), want [%s, %s]", gone, d, idle, idle+poll)
 	}
-	if s := region(t, paths[SimOffline1]); s.UtilizationSwitch != 0 {
+	if s := region(t, paths[simnode.SimOffline1]); s.UtilizationSwitch != 0 {
 		t.Errorf("switch not restored: %d", s.UtilizationSwitch)
 	}
-	if h.s.Frozen(SimOffline1) || h.s.Frozen(SimOffline2) || h.s.SidecarFrozen(SimOffline1) {
+	if h.s.Frozen(simnode.SimOffline1) || h.s.Frozen(simnode.SimOffline2) || h.s.SidecarFrozen(simnode.SimOffline1) {
 		t.Error("a cgroup was frozen although the interception layer held the pods")
 	}
 }
@@ -94,28 +95,28 @@ func TestInterception(t *testing.T) {
 // that pod to the freezer (unknown version, torn file); a stale online
 // region (its process is dead) leaves activity to NVML.
 func TestInterceptionFallback(t *testing.T) {
-	h, paths := interceptionHarness(t, func(s *Sim, paths map[string]string) {
-		if err := (hamiregion.Image{Version: hamiregion.Version{Major: 1, Minor: 9}}).WriteFile(paths[SimOffline1]); err != nil {
+	h, paths := interceptionHarness(t, func(s *simnode.Sim, paths map[string]string) {
+		if err := (hamiregion.Image{Version: hamiregion.Version{Major: 1, Minor: 9}}).WriteFile(paths[simnode.SimOffline1]); err != nil {
 			t.Fatal(err)
 		}
-		data, _ := os.ReadFile(paths[SimOffline2])
-		os.WriteFile(paths[SimOffline2], data[:4096], 0o644) // torn
+		data, _ := os.ReadFile(paths[simnode.SimOffline2])
+		os.WriteFile(paths[simnode.SimOffline2], data[:4096], 0o644) // torn
 		// The online region's only process is dead (no /proc/<host pid>), its last launch left behind.
-		stale := hamiregion.Image{UUIDs: []string{simCard0}, SMLimit: []uint64{50}, UtilizationSwitch: 1,
+		stale := hamiregion.Image{UUIDs: []string{simnode.Card0}, SMLimit: []uint64{50}, UtilizationSwitch: 1,
 			RecentKernel: hamiregion.RecentKernelLaunched, Procs: []hamiregion.Proc{{PID: 1, HostPID: 99999, Status: 1}}}
-		if err := stale.WriteFile(paths[SimOnline]); err != nil {
+		if err := stale.WriteFile(paths[simnode.SimOnline]); err != nil {
 			t.Fatal(err)
 		}
 	})
-	if p := h.c.pods[SimOffline1]; p.mech != MechFreezer {
+	if p := h.c.pods[simnode.SimOffline1]; p.mech != MechFreezer {
 		t.Errorf("unknown layout: mechanism %s", p.mech)
 	}
-	if p := h.c.pods[SimOffline2]; p.mech != MechFreezer {
+	if p := h.c.pods[simnode.SimOffline2]; p.mech != MechFreezer {
 		t.Errorf("torn region: mechanism %s", p.mech)
 	}
-	launch(t, paths[SimOnline]) // a stale region's launch must not count
+	launch(t, paths[simnode.SimOnline]) // a stale region's launch must not count
 	h.run(5*poll, nil)
-	if h.s.Frozen(SimOffline1) {
+	if h.s.Frozen(simnode.SimOffline1) {
 		t.Error("a stale online region's launch froze the offline pods")
 	}
 	h.s.SetOnlineBusy(true) // NVML sees the online pod busy
@@ -126,9 +127,9 @@ func TestInterceptionFallback(t *testing.T) {
 // offline pod's launches: the next one unblocks them at start.
 func TestRecoverBlocked(t *testing.T) {
 	h, paths := interceptionHarness(t, nil)
-	launch(t, paths[SimOnline])
+	launch(t, paths[simnode.SimOnline])
 	h.run(poll, nil)
-	if region(t, paths[SimOffline1]).RecentKernel != hamiregion.RecentKernelBlocked {
+	if region(t, paths[simnode.SimOffline1]).RecentKernel != hamiregion.RecentKernelBlocked {
 		t.Fatal("not blocked")
 	}
 	// A new controller on the same node (the old one vanished without thawAll).
@@ -137,11 +138,11 @@ func TestRecoverBlocked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.start(h.ctx, h.s.Now); err != nil {
+	if err := c.Start(h.ctx, h.s.Now); err != nil {
 		t.Fatal(err)
 	}
-	defer c.thawAll(h.ctx)
-	for _, uid := range []string{SimOffline1, SimOffline2} {
+	defer c.ThawAll(h.ctx)
+	for _, uid := range []string{simnode.SimOffline1, simnode.SimOffline2} {
 		if region(t, paths[uid]).RecentKernel < 0 {
 			t.Errorf("pod %s left blocked after a restart", uid)
 		}
@@ -164,7 +165,7 @@ func withProcs(t *testing.T, path string, procs ...hamiregion.Proc) {
 // records launches nor honours a block. An offline pod with one is left to
 // the freezer; an online pod with one has its activity read from NVML.
 func TestInterceptionNeedsHostPIDs(t *testing.T) {
-	known := hamiregion.Proc{PID: 1, HostPID: 200, Status: 1} // SimOffline1's process
+	known := hamiregion.Proc{PID: 1, HostPID: 200, Status: 1} // simnode.SimOffline1's process
 	tests := []struct {
 		name  string
 		procs []hamiregion.Proc
@@ -177,19 +178,21 @@ func TestInterceptionNeedsHostPIDs(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h, _ := interceptionHarness(t, func(_ *Sim, paths map[string]string) { withProcs(t, paths[SimOffline1], tc.procs...) })
-			if got := h.c.pods[SimOffline1].mech; got != tc.want {
+			h, _ := interceptionHarness(t, func(_ *simnode.Sim, paths map[string]string) { withProcs(t, paths[simnode.SimOffline1], tc.procs...) })
+			if got := h.c.pods[simnode.SimOffline1].mech; got != tc.want {
 				t.Errorf("mechanism %s, want %s", got, tc.want)
 			}
 		})
 	}
 	t.Run("online process without its host PID: NVML decides", func(t *testing.T) {
-		h, paths := interceptionHarness(t, func(_ *Sim, paths map[string]string) {
+		h, paths := interceptionHarness(t, func(_ *simnode.Sim, paths map[string]string) {
 			// The library records none of this process's launches.
-			withProcs(t, paths[SimOnline], hamiregion.Proc{PID: 1, Status: 1})
+			withProcs(t, paths[simnode.SimOnline], hamiregion.Proc{PID: 1, Status: 1})
 		})
 		h.s.SetOnlineBusy(true)
-		h.until(func() bool { return region(t, paths[SimOffline1]).RecentKernel == hamiregion.RecentKernelBlocked },
+		h.until(func() bool {
+			return region(t, paths[simnode.SimOffline1]).RecentKernel == hamiregion.RecentKernelBlocked
+		},
 			time.Second, "NVML activity of an online pod whose launches go unrecorded")
 	})
 }
@@ -213,15 +216,15 @@ func TestInterceptionBypassed(t *testing.T) {
 	}
 	h.run(DefaultGrantsEvery+poll, nil)
 	blocked := func(uid string) bool { return region(t, paths[uid]).RecentKernel == hamiregion.RecentKernelBlocked }
-	launching := func() { launch(t, paths[SimOnline]) }
+	launching := func() { launch(t, paths[simnode.SimOnline]) }
 	launching()
 	h.run(poll, nil)
-	if !blocked(SimOffline1) || !blocked(SimOffline2) {
+	if !blocked(simnode.SimOffline1) || !blocked(simnode.SimOffline2) {
 		t.Fatal("offline pods not blocked a poll after an online launch")
 	}
-	h.s.Cards[0].SetBusy(200, true) // SimOffline1's process computes through the block
+	h.s.Cards[0].SetBusy(200, true) // simnode.SimOffline1's process computes through the block
 	start := h.s.Now
-	for !h.s.Frozen(SimOffline1) {
+	for !h.s.Frozen(simnode.SimOffline1) {
 		if h.s.Now.Sub(start) > h.c.bypassGrace()+time.Second {
 			t.Fatalf("a pod computing through its block not frozen within %s", h.s.Now.Sub(start))
 		}
@@ -231,11 +234,11 @@ func TestInterceptionBypassed(t *testing.T) {
 	if d := h.s.Now.Sub(start); d < h.c.bypassGrace() {
 		t.Errorf("frozen %s after the block, before the grace %s", d, h.c.bypassGrace())
 	}
-	if blocked(SimOffline1) {
+	if blocked(simnode.SimOffline1) {
 		t.Error("the frozen pod's regions still blocked")
 	}
-	if h.s.Frozen(SimOffline2) || !blocked(SimOffline2) {
-		t.Errorf("the idle offline pod: frozen %v, blocked %v; want interception", h.s.Frozen(SimOffline2), blocked(SimOffline2))
+	if h.s.Frozen(simnode.SimOffline2) || !blocked(simnode.SimOffline2) {
+		t.Errorf("the idle offline pod: frozen %v, blocked %v; want interception", h.s.Frozen(simnode.SimOffline2), blocked(simnode.SimOffline2))
 	}
 	if ev := drain(rec); !strings.Contains(ev, ReasonInterceptionBypassed) {
 		t.Errorf("events %q, want %s", ev, ReasonInterceptionBypassed)
@@ -243,14 +246,14 @@ func TestInterceptionBypassed(t *testing.T) {
 	// Idle online pod: both let go; busy again: the freezer for the one
 	// that bypassed, interception for the other.
 	h.s.Cards[0].SetBusy(200, false)
-	h.until(func() bool { return !h.s.Frozen(SimOffline1) && !blocked(SimOffline2) }, 2*time.Second, "release")
+	h.until(func() bool { return !h.s.Frozen(simnode.SimOffline1) && !blocked(simnode.SimOffline2) }, 2*time.Second, "release")
 	h.run(DefaultGrantsEvery+poll, nil) // a grants refresh must not bring interception back
 	launching()
 	h.run(2*poll, nil)
-	if !h.s.Frozen(SimOffline1) || blocked(SimOffline1) {
-		t.Errorf("next suspension of the pod that bypassed: frozen %v, blocked %v; want the freezer", h.s.Frozen(SimOffline1), blocked(SimOffline1))
+	if !h.s.Frozen(simnode.SimOffline1) || blocked(simnode.SimOffline1) {
+		t.Errorf("next suspension of the pod that bypassed: frozen %v, blocked %v; want the freezer", h.s.Frozen(simnode.SimOffline1), blocked(simnode.SimOffline1))
 	}
-	if h.s.Frozen(SimOffline2) || !blocked(SimOffline2) {
+	if h.s.Frozen(simnode.SimOffline2) || !blocked(simnode.SimOffline2) {
 		t.Error("next suspension of the other pod: not by interception")
 	}
 }

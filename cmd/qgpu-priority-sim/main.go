@@ -19,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
+	"github.com/qgpu-scheduler/qgpu/test/prioritysim"
 )
 
 func main() {
@@ -40,7 +41,7 @@ func main() {
 }
 
 func run(scenario string, duration, period, kernel time.Duration, queue int, activity string, seed uint64, v1 bool) error {
-	cs, err := priority.CardSimDefaults(scenario)
+	cs, err := prioritysim.CardSimDefaults(scenario)
 	if err != nil {
 		return err
 	}
@@ -59,7 +60,7 @@ func run(scenario string, duration, period, kernel time.Duration, queue int, act
 		scenario, duration, period, kernel, queue, cs.Poll, cs.IdleWindow, cs.Activity, seed)
 	for _, mech := range []string{priority.MechFreezer, priority.MechInterception} {
 		cs.Mechanism = mech
-		r, err := priority.RunCardSim(context.Background(), cs)
+		r, err := prioritysim.RunCardSim(context.Background(), cs)
 		if err != nil {
 			return fmt.Errorf("%s: %w", mech, err)
 		}
@@ -77,5 +78,5 @@ func p(ds []time.Duration, q float64) string {
 	if len(ds) == 0 {
 		return "none"
 	}
-	return ms(priority.Percentile(ds, q))
+	return ms(prioritysim.Percentile(ds, q))
 }

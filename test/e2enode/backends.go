@@ -72,7 +72,7 @@ type variant struct {
 var variants = []variant{{name: "plain"}, {name: "override", override: true}, {name: "nonroot", override: true, nonRoot: true},
 	{name: "whole", whole: true}}
 
-// checkBackends runs, on the first node relabelled to each backend in turn
+// checkBackends runs, on node n relabelled to each backend in turn
 // (policy fixed-share, so that every limit applies), the probe pods of
 // variants and the escape attempts (escapes.go), and checks from inside
 // each what it got: exactly its card's device nodes, the backend's files,
@@ -102,7 +102,7 @@ func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.
 			}
 		}
 		res.add(checkBackend(ctx, o, cp, n, backend))
-		stepLog(start, "backend %s checked", backend)
+		stepLog(start, "backend %s checked on %s", backend, n.name)
 	}
 	return res
 }
@@ -306,7 +306,7 @@ func restartAgentKeepsMPS(ctx context.Context, cp *harness.ControlPlane, node, c
 	var agent, daemon *corev1.Pod
 	for i := range before.Items {
 		switch p := &before.Items[i]; p.Labels["app"] {
-		case "qgpu-agent":
+		case "qgpu-agent", "qgpu-agent-colocation":
 			agent = p
 		case "qgpu-mps-control-daemon":
 			daemon = p
@@ -325,7 +325,7 @@ func restartAgentKeepsMPS(ctx context.Context, cp *harness.ControlPlane, node, c
 		}
 		for i := range list.Items {
 			p := &list.Items[i]
-			if p.Labels["app"] == "qgpu-agent" && p.UID != agent.UID && podReady(p) {
+			if p.Labels["app"] == agent.Labels["app"] && p.UID != agent.UID && podReady(p) {
 				return true, nil
 			}
 		}

@@ -27,9 +27,11 @@ func examplesOnOperatorSpecs(ctx context.Context, start time.Time, o options, cp
 	if err := deleteAndWait(ctx, cp, "app.kubernetes.io/part-of=qgpu-examples"); err != nil {
 		return res, err
 	}
-	// The backends' phase left the node on mps.
-	if err := labelNode(ctx, cp, n.name, map[string]string{protocol.LabelEnforcement: "env"}); err != nil {
-		return res, err
+	// The backends' phase left the nodes on mps.
+	for _, other := range nodes {
+		if err := labelNode(ctx, cp, other.name, map[string]string{protocol.LabelEnforcement: "env"}); err != nil {
+			return res, err
+		}
 	}
 	onNode := metav1.ListOptions{LabelSelector: "app=qgpu-agent", FieldSelector: "spec.nodeName=" + n.name}
 	before, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, onNode)

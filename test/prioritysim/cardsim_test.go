@@ -1,4 +1,4 @@
-package priority
+package prioritysim
 
 import (
 	"context"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/qgpu-scheduler/qgpu/agent/priority"
 )
 
 // TestCardSim: on a busy online pod (20 simulated seconds, NVML sampling
@@ -21,12 +23,12 @@ func TestCardSim(t *testing.T) {
 	cs.Duration = 20 * time.Second
 	for _, tc := range []struct {
 		mech      string
-		model     ActivityModel
+		model     priority.ActivityModel
 		wantFlaps bool
 	}{
-		{MechFreezer, ActivitySamples, false},
-		{MechInterception, ActivitySamples, false},
-		{MechFreezer, ActivityPerPoll, true},
+		{priority.MechFreezer, priority.ActivitySamples, false},
+		{priority.MechInterception, priority.ActivitySamples, false},
+		{priority.MechFreezer, priority.ActivityPerPoll, true},
 	} {
 		t.Run(tc.mech+"/"+tc.model.String(), func(t *testing.T) {
 			cs.Mechanism, cs.Activity = tc.mech, tc.model

@@ -1,4 +1,9 @@
-package priority
+// Package simnode is a simulated node for the online/offline priority
+// controller (agent/priority), in simulated time: a fake cgroup tree and
+// /proc, NVML per card (SimNVML), the pod objects and the grants. Only the
+// controller's tests and its simulator (test/prioritysim,
+// cmd/qgpu-priority-sim) use it; the agent does not link it.
+package simnode
 
 import (
 	"fmt"
@@ -27,9 +32,9 @@ const (
 	SimOffline1  = "22222222-2222-2222-2222-222222222222"
 	SimOffline2  = "33333333-3333-3333-3333-333333333333"
 	SimGeneral   = "44444444-4444-4444-4444-444444444444"
-	simOnlinePID = 100
-	simCard0     = "GPU-sim-0"
-	simCard1     = "GPU-sim-1"
+	OnlinePID = 100
+	Card0     = "GPU-sim-0"
+	Card1     = "GPU-sim-1"
 )
 
 // simPod is one pod of the simulated node.
@@ -43,7 +48,7 @@ type simPod struct {
 }
 
 var simPods = []simPod{
-	{SimOnline, "burstable", simOnlinePID, 0, protocol.ClassOnline, protocol.ResourceMemory, 0},
+	{SimOnline, "burstable", OnlinePID, 0, protocol.ClassOnline, protocol.ResourceMemory, 0},
 	{SimOffline1, "besteffort", 200, 0, protocol.ClassOffline, protocol.ResourceCoreGreedy, 60},
 	{SimOffline2, "burstable", 201, 0, protocol.ClassOffline, protocol.ResourceCoreGreedy, 40},
 	{SimGeneral, "", 300, 1, protocol.ClassGeneral, protocol.ResourceCore, 50},
@@ -112,7 +117,7 @@ func (s *Sim) addPod(p simPod) error {
 	}
 	s.pods[p.uid] = pod
 	s.Cards[p.card].AddProcess(p.pid)
-	uuid := []string{simCard0, simCard1}[p.card]
+	uuid := []string{Card0, Card1}[p.card]
 	slice := protocol.Slice{Index: p.card, UUID: uuid, MemoryGiB: 2, Cores: p.cores}
 	s.grants = append(s.grants, store.Grant{PodUID: p.uid, Namespace: "default", Name: pod.Name,
 		Container: "c", Resource: p.resource, Class: p.class, Slices: []protocol.Slice{slice}})
@@ -175,7 +180,7 @@ func (s *Sim) SetLiveness(uid string, period, timeout, threshold int32) {
 }
 
 // SetOnlineBusy starts or ends the online process's work at the simulated now.
-func (s *Sim) SetOnlineBusy(busy bool) { s.Cards[0].SetBusy(simOnlinePID, busy) }
+func (s *Sim) SetOnlineBusy(busy bool) { s.Cards[0].SetBusy(OnlinePID, busy) }
 
 // Advance moves simulated time by d.
 func (s *Sim) Advance(d time.Duration) time.Time {
@@ -185,14 +190,25 @@ func (s *Sim) Advance(d time.Duration) time.Time {
 	return s.Now
 }
 
-// Config returns a controller configuration for the simulated node.
-func (s *Sim) Config(poll, idle time.Duration) (Config, error) {
+// Node is what a controller reads of the simulated node: the fields of
+// its configuration (agent/priority.Config) other than timing.
+type Node struct {
+	Grants   func() ([]store.Grant, error)
+	Pods     func() ([]*v1.Pod, error)
+	Devices  map[string]nvml.Device
+	Freezer  *cgroup.Freezer
+	Procs    cgroup.Procs
+	ProcRoot string
+}
+
+// Node returns what a controller reads of the simulated node.
+func (s *Sim) Node() (Node, error) {
 	f, err := cgroup.Detect(s.Tree.CgroupRoot)
 	if err != nil {
-		return Config{}, err
+		return Node{}, err
 	}
-	devs := map[string]nvml.Device{simCard0: s.Cards[0].Device(), simCard1: s.Cards[1].Device()}
-	return Config{Poll: poll, Idle: idle, Grants: s.Grants, Pods: s.Pods, Devices: devs, Freezer: f,
+	devs := map[string]nvml.Device{Card0: s.Cards[0].Device(), Card1: s.Cards[1].Device()}
+	return Node{Grants: s.Grants, Pods: s.Pods, Devices: devs, Freezer: f,
 		Procs: cgroup.Procs{Root: s.Tree.ProcRoot}, ProcRoot: s.Tree.ProcRoot}, nil
 }
 
@@ -221,7 +237,7 @@ func (s *Sim) EnableRegions(root string) (map[string]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		im := hamiregion.Image{UUIDs: []string{simCard0}, SMLimit: []uint64{uint64(max(p.cores, 50))},
+		im := hamiregion.Image{UUIDs: []string{Card0}, SMLimit: []uint64{uint64(max(p.cores, 50))},
 			Procs: []hamiregion.Proc{{PID: 1, HostPID: int32(p.pid), Status: 1}}}
 		if p.class == protocol.ClassOnline {
 			im.UtilizationSwitch = 1

@@ -1,4 +1,8 @@
-package priority
+// Package prioritysim simulates one card under the real online/offline
+// priority controller (agent/priority) in simulated time, for
+// cmd/qgpu-priority-sim and docs/priority.md's figures: it lives out of the
+// agent's packages, which do not link it.
+package prioritysim
 
 import (
 	"context"
@@ -11,6 +15,8 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
+	"github.com/qgpu-scheduler/qgpu/agent/priority"
+	"github.com/qgpu-scheduler/qgpu/test/prioritysim/simnode"
 )
 
 // CardSim configures a simulated card under the real controller: the
@@ -20,8 +26,8 @@ import (
 // that have work, and NVML samples every NVMLPeriod. Everything runs in
 // simulated time, 1 ms steps, deterministic for a seed.
 type CardSim struct {
-	Mechanism        string // MechFreezer or MechInterception
-	Activity         ActivityModel
+	Mechanism        string // priority.MechFreezer or priority.MechInterception
+	Activity         priority.ActivityModel
 	Duration         time.Duration
 	Busy, Idle       time.Duration // the online phases (±20% by the seed)
 	OnlineKernel     time.Duration
@@ -65,19 +71,19 @@ func (cs CardSim) Run(ctx context.Context, dir string) (CardResult, error) {
 	if cs.CgroupV1 {
 		v = cgroup.V1
 	}
-	s, err := NewSim(filepath.Join(dir, "node"), v, !cs.CgroupV1, cs.NVMLPeriod)
+	s, err := simnode.NewSim(filepath.Join(dir, "node"), v, !cs.CgroupV1, cs.NVMLPeriod)
 	if err != nil {
 		return res, err
 	}
-	cfg, err := s.Config(cs.Poll, cs.IdleWindow)
+	cfg, err := Config(s, cs.Poll, cs.IdleWindow)
 	if err != nil {
 		return res, err
 	}
 	cfg.Activity = cs.Activity
 	obs := &simObserver{}
 	cfg.Observer = obs
-	procs := []*simProc{{pid: simOnlinePID, uid: SimOnline}, {pid: 200, uid: SimOffline1}, {pid: 201, uid: SimOffline2}}
-	if cs.Mechanism == MechInterception {
+	procs := []*simProc{{pid: simnode.OnlinePID, uid: simnode.SimOnline}, {pid: 200, uid: simnode.SimOffline1}, {pid: 201, uid: simnode.SimOffline2}}
+	if cs.Mechanism == priority.MechInterception {
 		cfg.RegionRoot = filepath.Join(dir, "regions")
 		paths, err := s.EnableRegions(cfg.RegionRoot)
 		if err != nil {
@@ -90,29 +96,30 @@ func (cs CardSim) Run(ctx context.Context, dir string) (CardResult, error) {
 			defer p.region.Close()
 		}
 	}
-	ctrl, err := New(cfg)
+	ctrl, err := priority.New(cfg)
 	if err != nil {
 		return res, err
 	}
-	if err := ctrl.start(ctx, s.Now); err != nil {
+	if err := ctrl.Start(ctx, s.Now); err != nil {
 		return res, err
 	}
-	defer ctrl.thawAll(ctx)
+	defer ctrl.ThawAll(ctx)
 	w := &simWorld{cs: cs, s: s, ctrl: ctrl, procs: procs, obs: obs, rng: rand.New(rand.NewPCG(cs.Seed, 17)), res: &res}
 	return res, w.run(ctx)
 }
 
-type simObserver struct {
-	nopObserver
-	resumes int
-}
+// simObserver counts resumptions; the rest of priority.Observer is not measured.
+type simObserver struct{ resumes int }
 
-func (o *simObserver) Resumed(CardID, string, time.Duration) { o.resumes++ }
+func (o *simObserver) Resumed(priority.CardID, string, time.Duration)   { o.resumes++ }
+func (o *simObserver) Suspended(priority.CardID, string, time.Duration) {}
+func (o *simObserver) FrozenPods(priority.CardID, int)                  {}
+func (o *simObserver) NVMLError(priority.CardID)                        {}
 
 type simWorld struct {
 	cs    CardSim
-	s     *Sim
-	ctrl  *Controller
+	s     *simnode.Sim
+	ctrl  *priority.Controller
 	procs []*simProc
 	obs   *simObserver
 	rng   *rand.Rand
@@ -144,13 +151,13 @@ func (w *simWorld) run(ctx context.Context) error {
 		w.execute(now, step)
 		if !now.Before(nextPoll) {
 			before := w.obs.resumes
-			w.ctrl.tick(ctx, now)
+			w.ctrl.Tick(ctx, now)
 			if err := w.readHeld(); err != nil {
 				return err
 			}
 			if w.busy && w.obs.resumes > before {
 				w.res.ThawsWhileBusy += w.obs.resumes - before
-				w.res.Capped += w.cappedNow(now)
+				w.res.Capped += w.ctrl.FreezeBreaks(now)
 			}
 			nextPoll = nextPoll.Add(w.cs.Poll)
 		}
@@ -176,16 +183,6 @@ func (w *simWorld) readHeld() error {
 		}
 	}
 	return nil
-}
-
-func (w *simWorld) cappedNow(now time.Time) int {
-	n := 0
-	for _, p := range w.ctrl.pods {
-		if p.breakUntil.After(now) && p.frozen == "" {
-			n++
-		}
-	}
-	return n
 }
 
 // phase flips the online process between idle and busy.
@@ -298,7 +295,7 @@ func (w *simWorld) measure(now time.Time) {
 // CardSimDefaults returns a CardSim for a named scenario.
 func CardSimDefaults(scenario string) (CardSim, error) {
 	cs := CardSim{Duration: time.Minute, OnlineKernel: 2 * time.Millisecond, Kernel: 20 * time.Millisecond,
-		Queue: 4, NVMLPeriod: time.Second / 6, Poll: DefaultPoll, IdleWindow: DefaultIdle,
+		Queue: 4, NVMLPeriod: time.Second / 6, Poll: priority.DefaultPoll, IdleWindow: priority.DefaultIdle,
 		BlockedRecheck: time.Second, Seed: 1}
 	switch scenario {
 	case "busy-online":
@@ -332,4 +329,14 @@ func Percentile(ds []time.Duration, q float64) time.Duration {
 	slices.Sort(s)
 	i := int(q*float64(len(s))+0.5) - 1
 	return s[min(max(i, 0), len(s)-1)]
+}
+
+// Config is a controller configuration for the simulated node.
+func Config(s *simnode.Sim, poll, idle time.Duration) (priority.Config, error) {
+	n, err := s.Node()
+	if err != nil {
+		return priority.Config{}, err
+	}
+	return priority.Config{Poll: poll, Idle: idle, Grants: n.Grants, Pods: n.Pods, Devices: n.Devices,
+		Freezer: n.Freezer, Procs: n.Procs, ProcRoot: n.ProcRoot}, nil
 }
