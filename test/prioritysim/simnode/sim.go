@@ -28,13 +28,13 @@ import (
 // (each offline pod has a GPU container "c" and a sidecar without a grant),
 // on card 1 a general pod that is always busy and must never be touched.
 const (
-	SimOnline    = "11111111-1111-1111-1111-111111111111"
-	SimOffline1  = "22222222-2222-2222-2222-222222222222"
-	SimOffline2  = "33333333-3333-3333-3333-333333333333"
-	SimGeneral   = "44444444-4444-4444-4444-444444444444"
-	OnlinePID = 100
-	Card0     = "GPU-sim-0"
-	Card1     = "GPU-sim-1"
+	SimOnline   = "11111111-1111-1111-1111-111111111111"
+	SimOffline1 = "22222222-2222-2222-2222-222222222222"
+	SimOffline2 = "33333333-3333-3333-3333-333333333333"
+	SimGeneral  = "44444444-4444-4444-4444-444444444444"
+	OnlinePID   = 100
+	Card0       = "GPU-sim-0"
+	Card1       = "GPU-sim-1"
 )
 
 // simPod is one pod of the simulated node.
