@@ -24,7 +24,7 @@ func TestCardSpecUnwritableRemovesTheOldOne(t *testing.T) {
 		t.Fatal(err)
 	}
 	empty := t.TempDir()
-	a := &agent{cfg: Config{CDISpecDir: dir, NVML: nvml.NewFake(cards, "n", ""), CardSpec: CardSpec{Kind: cardspec.DefaultKind,
+	a := &agent{cfg: Config{CDISpecDir: dir, NVML: nvml.NewFake(cards, "n", ""), CardSpec: cardspec.Options{Kind: cardspec.DefaultKind,
 		DriverRoot: "/", DriverRootCtrPath: empty, DevRoot: "/", DevRootCtrPath: empty, HookPath: cardspec.HookAuto}}}
 	if a.writeCardSpec() {
 		t.Error("a driver root without device nodes: the card spec's kind would be looked up")

@@ -7,7 +7,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -20,7 +19,6 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/hamicore"
-	"github.com/qgpu-scheduler/qgpu/agent/metrics"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
 	"github.com/qgpu-scheduler/qgpu/agent/suspension"
@@ -56,16 +54,15 @@ func (a *agent) delivery() (*enforce.Delivery, error) {
 // card's by now) and the cards are looked up in NVIDIA's specs, where an
 // Allocate that finds none says so.
 func (a *agent) writeCardSpec() bool {
-	c := a.cfg.CardSpec
-	if c.Kind == "" {
+	o := a.cfg.CardSpec
+	if o.Kind == "" {
 		return false
 	}
-	o := cardspec.Options{Kind: c.Kind, Dir: a.cfg.CDISpecDir, DriverRoot: c.DriverRoot, DriverRootCtrPath: c.DriverRootCtrPath,
-		DevRoot: c.DevRoot, DevRootCtrPath: c.DevRootCtrPath, HookPath: c.HookPath, NVML: a.cfg.NVML}
+	o.Dir, o.NVML = a.cfg.CDISpecDir, a.cfg.NVML
 	res, err := cardspec.Write(o)
 	if err != nil {
-		klog.Background().Error(err, "Writing the agent's card CDI spec; the cards are looked up in NVIDIA's specs only", "kind", c.Kind)
-		if rmErr := os.Remove(filepath.Join(a.cfg.CDISpecDir, cardspec.FileName(c.Kind))); rmErr != nil && !os.IsNotExist(rmErr) {
+		klog.Background().Error(err, "Writing the agent's card CDI spec; the cards are looked up in NVIDIA's specs only", "kind", o.Kind)
+		if rmErr := cardspec.Remove(o); rmErr != nil {
 			klog.Background().Error(rmErr, "Removing the old card CDI spec")
 		}
 		return false
@@ -219,19 +216,5 @@ func (a *agent) startHAMiUpkeep(ctx context.Context, nodeCfg *nodeconfig.Config,
 		return
 	}
 	go k.Run(ctx)
-	a.metrics.SetUsageSource(func() []metrics.ContainerUsage { return containerUsage(k.Usage()) })
-}
-
-// containerUsage converts the regions' usage into the metrics' terms.
-func containerUsage(in []hamicore.ContainerUsage) []metrics.ContainerUsage {
-	out := make([]metrics.ContainerUsage, 0, len(in))
-	for _, c := range in {
-		m := metrics.ContainerUsage{Namespace: c.Namespace, Pod: c.Pod, Container: c.Container, LastKernel: c.LastKernel}
-		for _, card := range c.Cards {
-			m.Cards = append(m.Cards, metrics.CardUsage{Index: card.Index, UUID: card.UUID,
-				MemoryBytes: card.MemoryUsed, SMPercent: card.SMUtil})
-		}
-		out = append(out, m)
-	}
-	return out
+	a.metrics.SetUsageSource(k.Usage)
 }

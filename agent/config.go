@@ -12,6 +12,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/qgpu-scheduler/qgpu/agent/cardspec"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 )
@@ -40,9 +41,10 @@ type Config struct {
 	CDISpecDir         string
 	CDINodeSpecDirs    []string
 	// CardSpec is the per-card CDI spec the agent writes into CDISpecDir
-	// at start under a kind of its own (agent/cardspec); its cards are
-	// looked up there first. An empty Kind writes none.
-	CardSpec          CardSpec
+	// at start under a kind of its own, with its NVML (agent/cardspec; Dir
+	// and NVML are filled then); its cards are looked up there first. An
+	// empty Kind writes none.
+	CardSpec          cardspec.Options
 	MetricsAddr       string // "" disables metrics and the health probes
 	HealthInterval    time.Duration
 	ReconcileInterval time.Duration
@@ -67,17 +69,6 @@ type Config struct {
 	Started func(metricsAddr net.Addr)
 	// Vocabularies are served on every node besides those its labels enable (vocabularies.go).
 	Vocabularies []string
-}
-
-// CardSpec says where the driver is and which kind the agent's per-card
-// CDI spec has; the Ctr paths are where the agent's container sees the
-// host's DriverRoot and DevRoot. HookPath is nvidia-cdi-hook on the host
-// ("auto": the toolkit's install paths under the driver root, else none).
-type CardSpec struct {
-	Kind                          string
-	DriverRoot, DriverRootCtrPath string
-	DevRoot, DevRootCtrPath       string
-	HookPath                      string
 }
 
 // NodeState is what a Sidecar may read of the running agent.

@@ -8,9 +8,10 @@
 // (GPU Operator's toolkit writes only management.nvidia.com/gpu=all, and
 // /var/run/cdi is emptied at boot).
 //
-// Invariants: the file is written whole or not at all (a temporary file
-// renamed over the old one), it never holds a device named "all", and every
-// card NVML reports has a device under both its names.
+// Invariants: the file is written whole or not at all (the CDI library's
+// WriteSpec: validated, a temporary file renamed over the old one), it
+// never holds a device named "all", and every card NVML reports has a
+// device, with its device node, under both its names.
 package cardspec
 
 import (
@@ -26,10 +27,11 @@ import (
 	"github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform"
 	transformroot "github.com/NVIDIA/nvidia-container-toolkit/pkg/nvcdi/transform/root"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 	"tags.cncf.io/container-device-interface/pkg/cdi"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 )
 
 // DefaultKind is the agent's card kind unless --cdi-card-kind says otherwise.
@@ -39,8 +41,8 @@ const DefaultKind = "qgpu.io/gpu"
 // what the runtime reads from the spec; the Ctr paths are where the agent's
 // container sees the same directories (equal when the agent runs on the host).
 type Options struct {
-	Kind string // <vendor>/<class>
-	Dir  string // where the spec is written (/var/run/cdi)
+	Kind string // <vendor>/<class>; "" writes none (the agent's --cdi-card-kind)
+	Dir  string // where the spec is written (/var/run/cdi); the agent fills it from --cdi-spec-dir
 
 	DriverRoot        string // the driver's root on the host: "/" or /run/nvidia/driver
 	DriverRootCtrPath string
@@ -53,7 +55,7 @@ type Options struct {
 	// takes the first of HookPaths the driver root holds, else none.
 	HookPath string
 
-	NVML nvml.Interface
+	NVML nvml.Interface // the agent fills it
 }
 
 // HookAuto asks for the hook where NVIDIA's toolkit installs it.
@@ -82,28 +84,26 @@ type Result struct {
 	Devices []string // the spec's device names, UUIDs and indices
 }
 
-// Validate names the first bad option.
-func (o Options) Validate() error {
+// Check names the first bad flag among the options (NVML and Dir aside):
+// the agent refuses to start with one.
+func (o Options) Check() error {
 	vendor, class := parser.ParseQualifier(o.Kind)
 	if err := errors.Join(parser.ValidateVendorName(vendor), parser.ValidateClassName(class)); err != nil || class == "" {
 		return fmt.Errorf("--cdi-card-kind %q: must be <vendor>/<class>: %v", o.Kind, err)
 	}
+	if o.Kind == enforce.CDIVendor+"/"+enforce.CDIClass {
+		return fmt.Errorf("--cdi-card-kind %q: the agent's per-container specs have that kind", o.Kind)
+	}
 	for _, p := range []struct{ flag, path string }{
-		{"--cdi-spec-dir", o.Dir}, {"--driver-root", o.DriverRoot}, {"--driver-root-ctr-path", o.DriverRootCtrPath},
+		{"--driver-root", o.DriverRoot}, {"--driver-root-ctr-path", o.DriverRootCtrPath},
 		{"--dev-root", o.DevRoot}, {"--dev-root-ctr-path", o.DevRootCtrPath},
 	} {
 		if !filepath.IsAbs(p.path) {
 			return fmt.Errorf("%s %q: must be an absolute path", p.flag, p.path)
 		}
 	}
-	if kind := o.Kind; kind == "qgpu.io/container" {
-		return fmt.Errorf("--cdi-card-kind %q: the agent's per-container specs have that kind", kind)
-	}
 	if o.HookPath != "" && o.HookPath != HookAuto && !filepath.IsAbs(o.HookPath) {
 		return fmt.Errorf("--cdi-hook-path %q: must be an absolute path (or empty: no hooks)", o.HookPath)
-	}
-	if o.NVML == nil {
-		return errors.New("cardspec: no NVML")
 	}
 	return nil
 }
@@ -112,9 +112,28 @@ func (o Options) Validate() error {
 // name nvidia-ctk and the device plugin give theirs.
 func FileName(kind string) string { return strings.ReplaceAll(kind, "/", "-") + ".yaml" }
 
+// cache is the CDI library's view of Dir, through which the spec is
+// validated, written whole (a temporary file renamed) and removed.
+func (o Options) cache() (*cdi.Cache, error) {
+	if !filepath.IsAbs(o.Dir) {
+		return nil, fmt.Errorf("--cdi-spec-dir %q: must be an absolute path", o.Dir)
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating --cdi-spec-dir: %w", err)
+	}
+	return cdi.NewCache(cdi.WithSpecDirs(o.Dir), cdi.WithAutoRefresh(false))
+}
+
 // Write generates the spec and replaces the old one.
 func Write(o Options) (Result, error) {
-	if err := o.Validate(); err != nil {
+	if err := o.Check(); err != nil {
+		return Result{}, err
+	}
+	if o.NVML == nil {
+		return Result{}, errors.New("cardspec: no NVML")
+	}
+	cache, err := o.cache()
+	if err != nil {
 		return Result{}, err
 	}
 	spec, err := Generate(o)
@@ -125,29 +144,22 @@ func Write(o Options) (Result, error) {
 	for _, d := range spec.Devices {
 		res.Devices = append(res.Devices, d.Name)
 	}
-	data, err := yaml.Marshal(spec)
-	if err != nil {
-		return res, fmt.Errorf("encoding the %s spec: %w", o.Kind, err)
-	}
-	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
-		return res, fmt.Errorf("creating --cdi-spec-dir: %w", err)
-	}
-	tmp, err := os.CreateTemp(o.Dir, ".qgpu-card-spec-*")
-	if err != nil {
-		return res, fmt.Errorf("writing the %s spec: %w", o.Kind, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return res, fmt.Errorf("writing the %s spec: %w", o.Kind, err)
-	}
-	if err := errors.Join(tmp.Chmod(0o644), tmp.Close()); err != nil {
-		return res, fmt.Errorf("writing the %s spec: %w", o.Kind, err)
-	}
-	if err := os.Rename(tmp.Name(), res.Path); err != nil {
+	if err := cache.WriteSpec(spec, FileName(o.Kind)); err != nil {
 		return res, fmt.Errorf("writing the %s spec: %w", o.Kind, err)
 	}
 	return res, nil
+}
+
+// Remove removes the spec a previous Write left, if any.
+func Remove(o Options) error {
+	cache, err := o.cache()
+	if err != nil {
+		return err
+	}
+	if err := cache.RemoveSpec(FileName(o.Kind)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // Generate builds the spec with nvcdi from NVML and the driver root seen

@@ -14,6 +14,7 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	qnvml "github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/agent/nvml/fakespec"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -38,7 +39,7 @@ func fakeDriverRoot(t *testing.T, cards int) string {
 	}
 	files := []string{"usr/bin/nvidia-smi"}
 	for _, lib := range []string{"libcuda.so", "libnvidia-ml.so", "libnvidia-ptxjitcompiler.so"} {
-		files = append(files, "usr/lib/x86_64-linux-gnu/"+lib+"."+qnvml.FakeDriverVersion)
+		files = append(files, "usr/lib/x86_64-linux-gnu/"+lib+"."+fakespec.DriverVersion)
 	}
 	for _, f := range files {
 		p := filepath.Join(root, f)
@@ -83,14 +84,14 @@ func TestWriteNamesEveryCardTwiceAndNeverAll(t *testing.T) {
 	if errs := cache.GetErrors(); len(errs) > 0 {
 		t.Fatalf("the CDI library refuses the spec: %v", errs)
 	}
-	want := []string{"0", "1", f.UUIDs()[0], f.UUIDs()[1]}
+	want := []string{"0", "1", fakespec.UUID("node-a", 0), fakespec.UUID("node-a", 1)}
 	got := slices.Sorted(slices.Values(res.Devices))
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
 		t.Fatalf("devices %v, want %v", got, want)
 	}
 	for i, id := range []string{"0", "1"} {
-		for _, name := range []string{id, f.UUIDs()[i]} {
+		for _, name := range []string{id, fakespec.UUID("node-a", i)} {
 			d := cache.GetDevice("qgpu.io/gpu=" + name)
 			if d == nil {
 				t.Fatalf("no device %s", name)
@@ -105,7 +106,7 @@ func TestWriteNamesEveryCardTwiceAndNeverAll(t *testing.T) {
 		}
 	}
 	raw, _ := os.ReadFile(res.Path)
-	for _, want := range []string{"hostPath: /host-driver/dev/nvidiactl", "hostPath: /host-driver/usr/lib/x86_64-linux-gnu/libcuda.so." + qnvml.FakeDriverVersion,
+	for _, want := range []string{"hostPath: /host-driver/dev/nvidiactl", "hostPath: /host-driver/usr/lib/x86_64-linux-gnu/libcuda.so." + fakespec.DriverVersion,
 		"NVIDIA_VISIBLE_DEVICES=void", "/usr/local/nvidia/toolkit/nvidia-cdi-hook"} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("spec lacks %q:\n%s", want, raw)
@@ -151,6 +152,7 @@ func TestBadOptionsWriteNothing(t *testing.T) {
 		{"kind with bad vendor", func(o *Options) { o.Kind = "qgpu io/gpu" }, `--cdi-card-kind "qgpu io/gpu"`},
 		{"relative driver root", func(o *Options) { o.DriverRoot = "run/nvidia/driver" }, `--driver-root "run/nvidia/driver"`},
 		{"relative hook", func(o *Options) { o.HookPath = "nvidia-cdi-hook" }, `--cdi-hook-path "nvidia-cdi-hook"`},
+		{"no device nodes", func(o *Options) { o.DevRootCtrPath = t.TempDir() }, "device node under --dev-root-ctr-path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := good
@@ -187,7 +189,7 @@ devices:
 		t.Fatal(err)
 	}
 	f := fakeNVML(t, "2xT4")
-	card := []protocol.Slice{{Index: 1, UUID: f.UUIDs()[1], MemoryGiB: 4, Cores: 30}}
+	card := []protocol.Slice{{Index: 1, UUID: fakespec.UUID("node-a", 1), MemoryGiB: 4, Cores: 30}}
 	before, err := enforce.NewCDISpecs(dir, []string{dir}, DefaultKind, enforce.CDICardKind, enforce.CDIDevicePluginKind)
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +206,7 @@ devices:
 		t.Fatal(err)
 	}
 	names, err := after.CardDevices(card)
-	if err != nil || !slices.Equal(names, []string{"qgpu.io/gpu=" + f.UUIDs()[1]}) {
-		t.Errorf("with the card spec: %v, %v; want [qgpu.io/gpu=%s]", names, err, f.UUIDs()[1])
+	if err != nil || !slices.Equal(names, []string{"qgpu.io/gpu=" + fakespec.UUID("node-a", 1)}) {
+		t.Errorf("with the card spec: %v, %v; want [qgpu.io/gpu=%s]", names, err, fakespec.UUID("node-a", 1))
 	}
 }

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -86,17 +88,15 @@ func (r MPSRoot) request(uuid, want string, done func(card string) bool) error {
 			return fmt.Errorf("asking the MPS control daemon for a %s card: %w", want, err)
 		}
 	}
-	wait := r.Wait
-	if wait <= 0 {
-		wait = DefaultMPSWait
+	limit := r.Wait
+	if limit <= 0 {
+		limit = DefaultMPSWait
 	}
-	deadline := time.Now().Add(wait)
-	for !done(card) {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w %s: asked for a %s card (%s), not switched within %s (clients still on its daemon, or the qgpu-mps-control-daemon DaemonSet not running; docs/backend-mps.md)",
-				ErrMPSNotReady, uuid, want, path, wait)
-		}
-		time.Sleep(100 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, limit, false,
+		func(context.Context) (bool, error) { return done(card), nil })
+	if err != nil {
+		return fmt.Errorf("%w %s: asked for a %s card (%s), not switched within %s (clients still on its daemon, or the qgpu-mps-control-daemon DaemonSet not running; docs/backend-mps.md)",
+			ErrMPSNotReady, uuid, want, path, limit)
 	}
 	return nil
 }

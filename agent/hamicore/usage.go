@@ -3,41 +3,28 @@ package hamicore
 import (
 	"time"
 
-	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
+	"github.com/qgpu-scheduler/qgpu/agent/metrics"
 )
 
-// ContainerUsage is what a container's region says it uses, as HAMi's
-// monitor exports it: per card, the memory its processes hold and their SM
-// utilisation; and when it last launched a kernel.
-type ContainerUsage struct {
-	Namespace, Pod, Container string
-	Cards                     []CardUsage
-	LastKernel                time.Time // zero when the library never wrote it
-}
-
-// CardUsage is a container's use of one of its cards.
-type CardUsage struct {
-	Index int // the card's NVML index on the node
-	hamiregion.CardUsage
-}
-
 // Usage reads the region of every container holding a memory grant (one
-// per container) and returns what the live ones say. A region that cannot
-// be read, or whose processes are all gone, reports nothing: its numbers
-// are the last a dead process wrote.
-func (k *Keeper) Usage() []ContainerUsage {
+// per container) and returns what the live ones say, as HAMi's monitor
+// exports it: per card, the memory its processes hold and their SM
+// utilisation; and when it last launched a kernel. A region that cannot be
+// read, or whose processes are all gone, reports nothing: its numbers are
+// the last a dead process wrote.
+func (k *Keeper) Usage() []metrics.ContainerUsage {
 	grants, err := k.cfg.Grants()
 	if err != nil {
 		return nil
 	}
-	var out []ContainerUsage
+	var out []metrics.ContainerUsage
 	for _, r := range k.openRegions(grants) {
 		r.f.Close()
 		index := map[string]int{}
 		for _, sl := range r.g.Slices {
 			index[sl.UUID] = sl.Index
 		}
-		u := ContainerUsage{Namespace: r.g.Namespace, Pod: r.g.Name, Container: r.g.Container}
+		u := metrics.ContainerUsage{Namespace: r.g.Namespace, Pod: r.g.Name, Container: r.g.Container}
 		if r.s.LastKernelTime > 0 {
 			u.LastKernel = time.Unix(r.s.LastKernelTime, 0)
 		}
@@ -46,7 +33,7 @@ func (k *Keeper) Usage() []ContainerUsage {
 			if !ok {
 				continue // a card the grant does not name: not the container's to report
 			}
-			u.Cards = append(u.Cards, CardUsage{Index: i, CardUsage: c})
+			u.Cards = append(u.Cards, metrics.CardUsage{Index: i, UUID: c.UUID, MemoryBytes: c.MemoryUsed, SMPercent: c.SMUtil})
 		}
 		out = append(out, u)
 	}

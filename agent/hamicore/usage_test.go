@@ -7,6 +7,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/qgpu-scheduler/qgpu/agent/hamiregion"
+	"github.com/qgpu-scheduler/qgpu/agent/metrics"
 )
 
 // TestUsage: a live container reports its processes' memory and SM use by
@@ -28,10 +29,10 @@ func TestUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := n.keeper(t).Usage()
-	want := []ContainerUsage{{Namespace: "ns", Pod: "live-pod", Container: "c", LastKernel: time.Unix(1_790_000_000, 0),
-		Cards: []CardUsage{
-			{Index: 3, CardUsage: hamiregion.CardUsage{UUID: cardB, MemoryUsed: 1<<30 + 1<<29, SMUtil: 20}},
-			{Index: 1, CardUsage: hamiregion.CardUsage{UUID: cardA, MemoryUsed: 2 << 30, SMUtil: 7}},
+	want := []metrics.ContainerUsage{{Namespace: "ns", Pod: "live-pod", Container: "c", LastKernel: time.Unix(1_790_000_000, 0),
+		Cards: []metrics.CardUsage{
+			{Index: 3, UUID: cardB, MemoryBytes: 1<<30 + 1<<29, SMPercent: 20},
+			{Index: 1, UUID: cardA, MemoryBytes: 2 << 30, SMPercent: 7},
 		}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("usage (-want +got):\n%s", diff)

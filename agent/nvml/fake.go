@@ -50,7 +50,7 @@ func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 	}
 	f.InitFunc = func() nvml.Return { return nvml.SUCCESS }
 	f.ShutdownFunc = func() nvml.Return { return nvml.SUCCESS }
-	f.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return FakeDriverVersion, nvml.SUCCESS }
+	f.SystemGetDriverVersionFunc = func() (string, nvml.Return) { return fakespec.DriverVersion, nvml.SUCCESS }
 	f.DeviceGetCountFunc = func() (int, nvml.Return) { return len(f.devices), nvml.SUCCESS }
 	f.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
 		if i < 0 || i >= len(f.devices) {
@@ -77,14 +77,6 @@ func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 	}
 	return f
 }
-
-// FakeDriverVersion is the simulated driver's version: a fake driver root
-// (the e2e node's) holds libcuda.so.<FakeDriverVersion>, where the CDI
-// spec generator looks for the driver's libraries.
-const FakeDriverVersion = "550.54.15"
-
-// UUIDs are the fake cards' UUIDs, by index.
-func (f *Fake) UUIDs() []string { return append([]string(nil), f.uuids...) }
 
 func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 	d := &mock.Device{}

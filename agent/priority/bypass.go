@@ -81,12 +81,14 @@ func (c *Controller) bypassed(ctx context.Context, p *offline, pid, util uint32)
 // processSamples reads the card's NVML process samples newer than the last
 // seen, once per poll: the online activity and the bypass check share them.
 func (c *Controller) processSamples(cd *card, now time.Time) ([]nvml.ProcessUtilizationSample, error) {
-	if cd.samplesErr == nil && cd.samplesAt.Equal(now) && !now.IsZero() {
-		return cd.samples, nil
+	if !cd.samplesAt.IsZero() && cd.samplesAt.Equal(now) {
+		return cd.samples, cd.samplesErr
 	}
+	cd.samples, cd.samplesAt, cd.samplesErr = nil, now, nil
 	dev, ok := c.cfg.Devices[cd.id.UUID]
 	if !ok {
-		return nil, fmt.Errorf("card %s: no NVML device", cd.id.UUID)
+		cd.samplesErr = fmt.Errorf("card %s: no NVML device", cd.id.UUID)
+		return nil, cd.samplesErr
 	}
 	samples, ret := dev.GetProcessUtilization(cd.nvml.lastSeen)
 	switch ret {
@@ -98,6 +100,6 @@ func (c *Controller) processSamples(cd *card, now time.Time) ([]nvml.ProcessUtil
 	for _, s := range samples {
 		cd.nvml.lastSeen = max(cd.nvml.lastSeen, s.TimeStamp)
 	}
-	cd.samples, cd.samplesAt, cd.samplesErr = samples, now, nil
+	cd.samples = samples
 	return samples, nil
 }

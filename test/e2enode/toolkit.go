@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/qgpu-scheduler/qgpu/agent/nvml/fakespec"
 )
 
 // NVIDIA's container toolkit on the e2e nodes, built from its pinned Go
@@ -25,10 +27,9 @@ const FakeDriverRoot = "/run/qgpu-e2e/driver"
 // ToolkitDir is where GPU Operator's toolkit container installs the toolkit.
 const ToolkitDir = "/usr/local/nvidia/toolkit"
 
-// FakeDriverVersion is the fake driver's version: the agent's fake NVML
-// reports the same (agent/nvml.FakeDriverVersion), and nvcdi looks for
-// libcuda.so.<version> under the driver root.
-const FakeDriverVersion = "550.54.15"
+// FakeDriverVersion is the fake driver's version, the one the agent's fake
+// NVML reports: nvcdi looks for libcuda.so.<version> under the driver root.
+const FakeDriverVersion = fakespec.DriverVersion
 
 // runtimeMode is how a node's containerd runs containers. GPU Operator's
 // current release (CDI on, its default) leaves runc the default and adds

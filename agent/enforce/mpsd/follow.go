@@ -35,11 +35,15 @@ func (d *Daemons) Follow(ctx context.Context, uuids []string, every time.Duratio
 	}
 }
 
-// FollowOnce looks at every card's request once.
+// FollowOnce looks at every card's request once. A card without one is
+// left as Start left it (a card Start could not set up is not retried
+// every second).
 func (d *Daemons) FollowOnce(uuids []string) {
 	for _, u := range uuids {
-		raw, _ := os.ReadFile(filepath.Join(d.Root, u, enforce.MPSRequestFile))
-		var err error
+		raw, err := os.ReadFile(filepath.Join(d.Root, u, enforce.MPSRequestFile))
+		if err != nil {
+			continue
+		}
 		if strings.TrimSpace(string(raw)) == enforce.MPSRequestWhole {
 			err = d.release(u)
 		} else {

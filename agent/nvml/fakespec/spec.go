@@ -156,6 +156,12 @@ func isDigits(s string) bool {
 	return true
 }
 
+// DriverVersion is the simulated driver's version, as the fake NVML
+// reports it: a fake driver root (the e2e node's, the card spec's tests)
+// holds libcuda.so.<DriverVersion>, where the CDI spec generator looks for
+// the driver's libraries.
+const DriverVersion = "550.54.15"
+
 // UUID is the UUID of a simulated card: stable for a seed (the node name)
 // and index, so it survives agent restarts, and distinct between nodes.
 func UUID(seed string, index int) string {

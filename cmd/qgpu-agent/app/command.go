@@ -112,7 +112,9 @@ through an enforcement backend.`,
 			if err := logsapi.ValidateAndApply(o.logs, o.featureGate); err != nil {
 				return err
 			}
-			o.complete(cmd.Flags())
+			if err := o.complete(cmd.Flags()); err != nil {
+				return err
+			}
 			err := o.run(cmd.Context())
 			if err != nil {
 				// In the configured format (JSON for log collectors); main

@@ -41,8 +41,37 @@ func parseFlags(args []string) (*options, error) {
 	if err := cmd.ValidateArgs(cmd.Flags().Args()); err != nil {
 		return nil, err
 	}
-	o.complete(cmd.Flags())
+	if err := o.complete(cmd.Flags()); err != nil {
+		return nil, err
+	}
 	return o, nil
+}
+
+// A bad card spec flag stops the agent before it starts, naming the flag
+// and the value; --cdi-card-kind="" turns the card spec and its checks off.
+func TestCardSpecFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--cdi-card-kind=qgpu.io"}, `--cdi-card-kind "qgpu.io"`},
+		{[]string{"--cdi-card-kind=qgpu.io/container"}, `--cdi-card-kind "qgpu.io/container"`},
+		{[]string{"--driver-root=run/nvidia/driver"}, `--driver-root "run/nvidia/driver"`},
+		{[]string{"--dev-root-ctr-path=dev"}, `--dev-root-ctr-path "dev"`},
+		{[]string{"--cdi-hook-path=nvidia-cdi-hook"}, `--cdi-hook-path "nvidia-cdi-hook"`},
+		{[]string{"--cdi-card-kind=", "--driver-root=relative"}, ""},
+		{[]string{"--driver-root=/run/nvidia/driver"}, ""},
+	} {
+		o, err := parseFlags(tc.args)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%v: %v", tc.args, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%v: error %v, want one naming %s", tc.args, err, tc.want)
+		case tc.want == "" && tc.args[0] == "--driver-root=/run/nvidia/driver" && o.CardSpec.DevRoot != "/run/nvidia/driver":
+			t.Errorf("--dev-root defaults to --driver-root: %q", o.CardSpec.DevRoot)
+		}
+	}
 }
 
 // --version prints the stamped version and starts nothing (no node name,

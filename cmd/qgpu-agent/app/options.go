@@ -116,10 +116,11 @@ func (o *options) addSimulationFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.fakeHealthFile, "fake-health-file", "", "with --fake-cards: a file listing unhealthy cards, one index or UUID per line")
 }
 
-// complete fills the defaults that depend on other flags. Simulated nodes
+// complete fills the defaults that depend on other flags, and refuses a
+// bad card spec flag (naming it) before anything starts. Simulated nodes
 // (fake cards on hollow kubelets) have no NVIDIA CDI spec and usually no
 // runtime that reads CDI: they deliver as envvar unless told otherwise.
-func (o *options) complete(fs *pflag.FlagSet) {
+func (o *options) complete(fs *pflag.FlagSet) error {
 	if o.CardSpec.DevRoot == "" {
 		o.CardSpec.DevRoot = o.CardSpec.DriverRoot
 	}
@@ -129,4 +130,8 @@ func (o *options) complete(fs *pflag.FlagSet) {
 	if o.fakeCards != "" && !fs.Changed("device-list-strategy") {
 		o.DeviceListStrategy = string(enforce.StrategyEnvvar)
 	}
+	if o.CardSpec.Kind != "" {
+		return o.CardSpec.Check()
+	}
+	return nil
 }

@@ -1,0 +1,135 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/qgpu-scheduler/qgpu/test/harness"
+)
+
+// Waiting on, deleting and relabelling the objects the checks create.
+
+// waitPodSettled waits until the pod runs, or fails (a refused Allocate).
+func waitPodSettled(ctx context.Context, cp *harness.ControlPlane, name string) (*corev1.Pod, error) {
+	var p *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		var err error
+		if p, err = cp.Client.CoreV1().Pods(examplesNamespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		if p.Status.Phase == corev1.PodFailed {
+			return false, fmt.Errorf("pod failed: %s %s", p.Status.Reason, p.Status.Message)
+		}
+		return p.Status.Phase == corev1.PodRunning, nil
+	})
+	return p, err
+}
+
+// deleteAndWait deletes the pods with the label selector and waits until
+// they are gone (their grants released).
+func deleteAndWait(ctx context.Context, cp *harness.ControlPlane, selector string) error {
+	pods := cp.Client.CoreV1().Pods(examplesNamespace)
+	// Graceful: the pod object goes once the kubelet has stopped it (the
+	// probe exits on SIGTERM).
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{},
+		metav1.ListOptions{LabelSelector: selector}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: selector})
+		return err == nil && len(list.Items) == 0, nil
+	})
+}
+
+// restartAgentKeepsMPS deletes the agent's pod on node and waits for its
+// replacement to be Ready, then checks that the MPS control daemon's pod
+// and the client pod are the same pods, never restarted: the daemons are
+// not the agent's children.
+func restartAgentKeepsMPS(ctx context.Context, cp *harness.ControlPlane, node, client string) error {
+	onNode := metav1.ListOptions{FieldSelector: "spec.nodeName=" + node}
+	before, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, onNode)
+	if err != nil {
+		return err
+	}
+	var agent, daemon *corev1.Pod
+	for i := range before.Items {
+		switch p := &before.Items[i]; p.Labels["app"] {
+		case "qgpu-agent", "qgpu-agent-colocation":
+			agent = p
+		case "qgpu-mps-control-daemon":
+			daemon = p
+		}
+	}
+	if agent == nil || daemon == nil {
+		return fmt.Errorf("no agent or MPS daemon pod on %s", node)
+	}
+	if err := cp.Client.CoreV1().Pods(systemNamespace).Delete(ctx, agent.Name, metav1.DeleteOptions{}); err != nil {
+		return err
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, onNode)
+		if err != nil {
+			return false, nil
+		}
+		for i := range list.Items {
+			p := &list.Items[i]
+			if p.Labels["app"] == agent.Labels["app"] && p.UID != agent.UID && podReady(p) {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("no new agent pod Ready: %w", err)
+	}
+	now, err := cp.Client.CoreV1().Pods(systemNamespace).Get(ctx, daemon.Name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the MPS control daemon pod %s: %w", daemon.Name, err)
+	}
+	if now.UID != daemon.UID || restarts(now) != restarts(daemon) || !podReady(now) {
+		return fmt.Errorf("the MPS control daemon pod %s changed: restarts %d → %d, ready %v", daemon.Name, restarts(daemon), restarts(now), podReady(now))
+	}
+	c, err := cp.Client.CoreV1().Pods(examplesNamespace).Get(ctx, client, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("client %s: %w", client, err)
+	}
+	if c.Status.Phase != corev1.PodRunning || restarts(c) != 0 {
+		return fmt.Errorf("client %s: phase %s, restarts %d", client, c.Status.Phase, restarts(c))
+	}
+	return nil
+}
+
+func restarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, s := range p.Status.ContainerStatuses {
+		n += s.RestartCount
+	}
+	return n
+}
+
+// waitDaemonSetReady waits until the DaemonSet has a pod and all its pods
+// are Ready.
+func waitDaemonSetReady(ctx context.Context, cp *harness.ControlPlane, name string) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		ds, err := cp.Client.AppsV1().DaemonSets(systemNamespace).Get(ctx, name, metav1.GetOptions{})
+		return err == nil && ds.Status.DesiredNumberScheduled > 0 && ds.Status.NumberReady == ds.Status.DesiredNumberScheduled, nil
+	})
+}
+
+func labelNode(ctx context.Context, cp *harness.ControlPlane, node string, labels map[string]string) error {
+	var parts []string
+	for k, v := range labels {
+		parts = append(parts, fmt.Sprintf("%q:%q", k, v))
+	}
+	patch := `{"metadata":{"labels":{` + strings.Join(parts, ",") + `}}}`
+	_, err := cp.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return err
+}
