@@ -66,6 +66,9 @@ type Pod struct {
 	req        *request.Request
 	Assignment *protocol.Assignment
 	Grant      *protocol.Assignment
+	// Claimed: the pod asked through ResourceClaims (docs/dra.md); its
+	// request is read back from its assignment.
+	Claimed bool
 	// Problem is why the pod's request or annotations are not usable, if so.
 	Problem string
 }
@@ -132,16 +135,22 @@ func (c *Cluster) addPod(pod *v1.Pod) {
 	// read as HAMi's (the cluster enables HAMi): read it so here too.
 	_, assigned := pod.Annotations[protocol.AnnotationAssignment]
 	req, err := request.ParseWith(pod, request.Options{HAMiWholeGPU: assigned})
-	if req == nil && err == nil {
+	if req == nil && err == nil && !(assigned && request.UsesClaims(pod)) {
 		return
 	}
 	p := Pod{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Node: pod.Spec.NodeName, Phase: pod.Status.Phase}
-	if err != nil {
+	p.Assignment, p.Grant = readAssignments(pod, &p)
+	if req == nil && err == nil && p.Assignment != nil {
+		// Asked through ResourceClaims (docs/dra.md): the assignment holds the shape.
+		req = request.FromAssignment(p.Assignment)
+		p.Claimed = true
+	}
+	switch {
+	case err != nil:
 		p.Problem = err.Error()
-	} else {
+	case req != nil:
 		p.Class, p.req = req.Class, req
 	}
-	p.Assignment, p.Grant = readAssignments(pod, &p)
 	terminal := p.Phase == v1.PodSucceeded || p.Phase == v1.PodFailed
 	if p.Node != "" && !terminal {
 		if p.Assignment == nil {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -31,7 +32,34 @@ func (p *QGPU) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, er
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: p.isSchedulableAfterPodUpdate},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeLabel | fwk.UpdateNodeAnnotation | fwk.UpdateNodeAllocatable},
 			QueueingHintFn: p.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.ResourceClaim, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: isSchedulableAfterClaimChange},
 	}, nil
+}
+
+// isSchedulableAfterClaimChange requeues a pod waiting for one of its own
+// ResourceClaims: created from its template, or released (claims.go).
+func isSchedulableAfterClaimChange(logger klog.Logger, pod *v1.Pod, _, newObj any) (fwk.QueueingHint, error) {
+	claim, ok := newObj.(*resourceapi.ResourceClaim)
+	if !ok || claim.Namespace != pod.Namespace {
+		return fwk.QueueSkip, nil
+	}
+	for _, pc := range pod.Spec.ResourceClaims {
+		if pc.ResourceClaimName != nil && *pc.ResourceClaimName == claim.Name {
+			return fwk.Queue, nil
+		}
+	}
+	for _, st := range pod.Status.ResourceClaimStatuses {
+		if st.ResourceClaimName != nil && *st.ResourceClaimName == claim.Name {
+			return fwk.Queue, nil
+		}
+	}
+	for _, o := range claim.OwnerReferences {
+		if o.UID == pod.UID {
+			return fwk.Queue, nil
+		}
+	}
+	logger.V(5).Info("claim of another pod", "pod", klog.KObj(pod), "claim", klog.KObj(claim))
+	return fwk.QueueSkip, nil
 }
 
 func (p *QGPU) isSchedulableAfterPodDeleted(logger klog.Logger, pod *v1.Pod, oldObj, _ any) (fwk.QueueingHint, error) {

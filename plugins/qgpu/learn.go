@@ -54,10 +54,14 @@ func (s *shared) learnPod(pod *v1.Pod) {
 		s.learnCPUOnly(pod.UID, pod.Spec.NodeName, podCPU(pod))
 		return
 	}
-	if _, err := trustedAssignment(pod, raw); err != nil {
+	a, err := trustedAssignment(pod, raw)
+	if err != nil {
 		return
 	}
 	req, err := request.ParseWith(pod, s.parseOpts)
+	if err == nil && req == nil && request.UsesClaims(pod) {
+		req = request.FromAssignment(a) // its claims may be released already; the assignment holds the shape
+	}
 	if err != nil || req == nil {
 		return
 	}

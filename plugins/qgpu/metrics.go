@@ -31,6 +31,8 @@ const (
 	// reasonInvalidRequest is PreFilter's: the pod's qGPU request cannot
 	// be parsed (the event says why; the metric keeps one label value).
 	reasonInvalidRequest = "invalid qGPU request"
+	// reasonClaimPending: a claim not created yet, or still allocated.
+	reasonClaimPending = "ResourceClaim not ready"
 	// reasonOther counts a reason missing from rejectionReasons (a bug:
 	// every reason the plugin reports is constant).
 	reasonOther = "other"
@@ -86,7 +88,7 @@ func registerMetrics() {
 		}
 		registered.rejections = rejections{}
 		for point, reasons := range map[string][]string{
-			pointPreFilter: {reasonInvalidRequest, reasonQuota, reasonBindUncertain, reasonOther},
+			pointPreFilter: {reasonInvalidRequest, reasonClaimPending, reasonQuota, reasonBindUncertain, reasonOther},
 			pointFilter:    rejectionReasons(),
 			pointReserve:   rejectionReasons(),
 		} {

@@ -51,6 +51,11 @@ type QGPU struct {
 	placements *placementCounters
 	// vocab is the profile's vocabulary settings (vocabulary.go).
 	vocab vocabularies
+	// claims reads ResourceClaims and DeviceClasses (claims.go); nil
+	// without informers. draOnce and dra cache runsDynamicResources.
+	claims  *claimAccess
+	draOnce sync.Once
+	dra     bool
 }
 
 var (
@@ -99,6 +104,9 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	}
 	p.use(ctx, s)
 	p.live = true
+	resources := h.SharedInformerFactory().Resource().V1()
+	p.claims = &claimAccess{claims: resources.ResourceClaims().Lister(), classes: resources.DeviceClasses().Lister()}
+	p.synced = append(p.synced[:len(p.synced):len(p.synced)], resources.ResourceClaims().Informer().HasSynced, resources.DeviceClasses().Informer().HasSynced)
 	return p, nil
 }
 

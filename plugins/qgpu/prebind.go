@@ -14,19 +14,27 @@ import (
 )
 
 // PreBindPreFlight skips PreBind for pods without qGPU requests, and when
-// this plugin's Bind writes the assignment with the binding.
+// this plugin's Bind writes the assignment with the binding and the pod has
+// no claims to allocate.
 func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) *fwk.Status {
-	if s, err := readState(cs); err != nil || s.req.CPUOnly() || p.bindsItself() {
+	if s, err := readState(cs); err != nil || s.req.CPUOnly() || (p.bindsItself() && len(s.req.Claims) == 0) {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
 }
 
-// PreBind writes the assignment annotation; any assignment a user wrote into
-// the pod is replaced. Profiles that enable QGPU at the bind point skip it
-// (see Bind): this path serves profiles that bind with DefaultBinder only.
+// PreBind allocates the pod's qGPU claims (claims.go), then writes the
+// assignment annotation; any assignment a user wrote into the pod is
+// replaced. Profiles that enable QGPU at the bind point skip the annotation
+// (see Bind): that part serves profiles that bind with DefaultBinder only.
 func (p *QGPU) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
+	if err == nil && len(s.req.Claims) > 0 {
+		s.claimsWritten = true
+		if err := p.allocateClaims(ctx, s, pod, nodeName); err != nil {
+			return fwk.AsStatus(fmt.Errorf("allocating the qGPU claims of pod %s: %w", klog.KObj(pod), err))
+		}
+	}
 	if err != nil || s.req.CPUOnly() || p.bindsItself() {
 		// Not a qGPU pod, or Bind writes the assignment with the binding.
 		// (PreBindPreFlight's Skip is honoured only behind an alpha gate in

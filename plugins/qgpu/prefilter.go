@@ -22,6 +22,11 @@ import (
 // nodes' free cards, and Reserve counts its shape (cpuOnlyCycle).
 func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	req, err := p.parse(pod)
+	if request.UsesClaims(pod) {
+		if st := p.claimStatus(pod, req, err); st != nil {
+			return nil, st
+		}
+	}
 	if err != nil {
 		p.rejections.rejected(pointPreFilter, reasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())

@@ -93,6 +93,9 @@ func (p *QGPU) snapshotNode(name string) fwk.NodeInfo {
 // the informer already saw the pod bound with (a bind can fail after the
 // apiserver wrote it; see the ledger's package doc).
 func (p *QGPU) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if s, err := readState(cs); err == nil && s.claimsWritten {
+		p.releaseClaims(ctx, s, pod)
+	}
 	if p.ledger.Unreserve(pod.UID, nodeName) {
 		klog.FromContext(ctx).V(4).Info("qGPU slices released", "pod", klog.KObj(pod), "node", nodeName)
 	}

@@ -31,6 +31,9 @@ type cycleState struct {
 	assignment []protocol.ContainerAssignment
 	// resolved holds req per node shape when req is relative (reqOn); nil otherwise.
 	resolved *resolved
+	// claimsWritten: PreBind began writing the claims' allocations, so
+	// Unreserve takes them back.
+	claimsWritten bool
 }
 
 type delta struct {

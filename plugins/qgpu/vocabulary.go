@@ -46,6 +46,9 @@ func newVocabularies(a *args.QGPUArgs) vocabularies {
 
 // parse reads a pod with the profile's vocabulary settings.
 func (p *QGPU) parse(pod *v1.Pod) (*request.Request, error) {
+	if req, err := p.parseClaims(pod); req != nil || err != nil {
+		return req, err
+	}
 	return request.ParseWith(pod, p.vocab.opts)
 }
 

@@ -58,7 +58,7 @@ func (w *waitingPods) track(pod *v1.Pod) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	ours := len(w.schedulers) == 0 || w.schedulers[pod.Spec.SchedulerName]
-	if pod.Spec.NodeName != "" || !ours || pod.DeletionTimestamp != nil || !request.Asks(pod) {
+	if pod.Spec.NodeName != "" || !ours || pod.DeletionTimestamp != nil || !(request.Asks(pod) || request.UsesClaims(pod)) {
 		delete(w.pods, key)
 		return
 	}

@@ -41,6 +41,9 @@ type Request struct {
 	// CoreLimit is the compute ceiling (percent of a card) that shared
 	// containers may burst to above their cores (vcuda-core-limit); 0: none.
 	CoreLimit int64
+	// Claims, for a pod that asks through ResourceClaims (ParseClaims), are
+	// the claims behind Containers, one per container, in the same order.
+	Claims []ClaimRef
 }
 
 // Container is one container's slice request.
