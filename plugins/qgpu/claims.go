@@ -97,18 +97,54 @@ func (p *QGPU) allocateClaims(ctx context.Context, s *cycleState, pod *v1.Pod, n
 			return fmt.Errorf("claim %s/%s: DeviceClass %s: %w", ref.Namespace, ref.Name, protocol.DRADeviceClass(s.req.Class), err)
 		}
 		alloc := allocationOf(ref, slice, node, class)
-		if err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
+		stored, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
 			if c.Status.Allocation != nil {
 				return fmt.Errorf("claim %s/%s was allocated by another in the meantime", c.Namespace, c.Name)
 			}
 			c.Status.Allocation = alloc
 			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: pod.Name, UID: pod.UID})
 			return nil
-		}); err != nil {
+		})
+		if err != nil {
 			return err
+		}
+		if !keptCapacity(stored) {
+			return p.capacityDropped(ctx, ref, pod)
 		}
 	}
 	return nil
+}
+
+// keptCapacity reports whether the stored allocation still carries the
+// share ID and consumed capacity: an apiserver without the
+// DRAConsumableCapacity gate drops both silently, and the node could then
+// not tell the slice from the whole card.
+func keptCapacity(c *resourceapi.ResourceClaim) bool {
+	if c == nil || c.Status.Allocation == nil {
+		return false
+	}
+	for _, r := range c.Status.Allocation.Devices.Results {
+		if r.Driver == protocol.DRADriver && (r.ShareID == nil || len(r.ConsumedCapacity) == 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// capacityDropped takes back an allocation the apiserver stored without
+// its capacity (allocatedBy cannot recognise it: no share ID) and names
+// the gate.
+func (p *QGPU) capacityDropped(ctx context.Context, ref request.ClaimRef, pod *v1.Pod) error {
+	_, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
+		c.Status.Allocation = nil
+		c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
+		return nil
+	})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Taking back a qGPU claim stored without its capacity", "claim", klog.KRef(ref.Namespace, ref.Name))
+	}
+	return fmt.Errorf("claim %s/%s: the apiserver dropped the allocation's shareID and consumedCapacity: "+
+		"enable the DRAConsumableCapacity feature gate on kube-apiserver (docs/dra.md#feature-gates)", ref.Namespace, ref.Name)
 }
 
 // releaseClaims undoes allocateClaims for the claims this plugin allocated
@@ -117,7 +153,7 @@ func (p *QGPU) allocateClaims(ctx context.Context, s *cycleState, pod *v1.Pod, n
 // this plugin's next Unreserve clears it.
 func (p *QGPU) releaseClaims(ctx context.Context, s *cycleState, pod *v1.Pod) {
 	for _, ref := range s.req.Claims {
-		err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
+		_, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
 			if !allocatedBy(c, ref) {
 				return errNothingToDo
 			}
@@ -136,13 +172,14 @@ func (p *QGPU) releaseClaims(ctx context.Context, s *cycleState, pod *v1.Pod) {
 var errNothingToDo = errors.New("nothing to do")
 
 // writeClaim applies change to the claim's latest version and writes its
-// status, retrying on conflicts; the claim must still have ref's UID, and
+// status, retrying on conflicts, and returns what the apiserver stored; the claim must still have ref's UID, and
 // it carries the finalizer that makes the resource-claim controller
 // deallocate it once its last consumer is gone (as upstream's allocator
 // does).
-func (p *QGPU) writeClaim(ctx context.Context, ref request.ClaimRef, change func(*resourceapi.ResourceClaim) error) error {
+func (p *QGPU) writeClaim(ctx context.Context, ref request.ClaimRef, change func(*resourceapi.ResourceClaim) error) (*resourceapi.ResourceClaim, error) {
 	api := p.handle.ClientSet().ResourceV1().ResourceClaims(ref.Namespace)
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	var stored *resourceapi.ResourceClaim
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		c, err := api.Get(ctx, ref.Name, metav1.GetOptions{})
 		if err != nil {
 			return fmt.Errorf("claim %s/%s: %w", ref.Namespace, ref.Name, err)
@@ -164,9 +201,10 @@ func (p *QGPU) writeClaim(ctx context.Context, ref request.ClaimRef, change func
 			}
 			c.Status.Allocation, c.Status.ReservedFor = alloc, reserved
 		}
-		_, err = api.UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		stored, err = api.UpdateStatus(ctx, c, metav1.UpdateOptions{})
 		return err
 	})
+	return stored, err
 }
 
 // allocatedBy reports whether the claim holds this plugin's allocation for

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -219,5 +221,47 @@ func TestClaimsPreFilter(t *testing.T) {
 	_, st := p.PreFilter(ctx, framework.NewCycleState(), draPod("ok", "c1"), nil)
 	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "DynamicResources") {
 		t.Errorf("profile with DynamicResources: %v", st)
+	}
+}
+
+// TestClaimsGateOff: an apiserver without DRAConsumableCapacity stores the
+// allocation without share ID and consumed capacity; PreBind then fails
+// naming the gate, and takes the allocation back.
+func TestClaimsGateOff(t *testing.T) {
+	p := draWorld(t, draClaim("d1", protocol.ClassGeneral, "2Gi", "20"))
+	cs := p.handle.ClientSet().(*fake.Clientset)
+	cs.PrependReactor("update", "resourceclaims", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "status" {
+			return false, nil, nil
+		}
+		c := a.(clienttesting.UpdateAction).GetObject().(*resourceapi.ResourceClaim).DeepCopy()
+		if c.Status.Allocation != nil {
+			for i := range c.Status.Allocation.Devices.Results {
+				c.Status.Allocation.Devices.Results[i].ShareID = nil
+				c.Status.Allocation.Devices.Results[i].ConsumedCapacity = nil
+			}
+		}
+		return true, c, cs.Tracker().Update(resourceapi.SchemeGroupVersion.WithResource("resourceclaims"), c, c.Namespace)
+	})
+	node := t4Node("n1", 1, false)
+	p.setNodes(node)
+	pod := draPod("p", "d1")
+	ctx := context.Background()
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	state := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, state, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.Reserve(ctx, state, pod, "n1"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	st := p.PreBind(ctx, state, pod, "n1")
+	if st.IsSuccess() || !strings.Contains(st.Message(), "DRAConsumableCapacity") {
+		t.Fatalf("PreBind on an apiserver without the gate: %v", st)
+	}
+	if c := readClaim(t, p, "d1"); c.Status.Allocation != nil || len(c.Status.ReservedFor) != 0 {
+		t.Fatalf("the capacity-less allocation stayed: %+v", c.Status)
 	}
 }
