@@ -25,18 +25,18 @@ func TestSlicesOn(t *testing.T) {
 		grant("c", slice(2, 4, 30)),
 	}
 	for _, tc := range []struct {
-		name     string
-		uuid     string
-		finished map[string]bool
-		want     []protocol.Slice
+		name string
+		uuid string
+		live map[string]bool
+		want []protocol.Slice
 	}{
-		{"every record's slice on the card", "GPU-1", nil, []protocol.Slice{slice(1, 6, 60), slice(1, 2, 10), slice(1, 12, 90)}},
-		{"finished pods left out", "GPU-1", map[string]bool{"done": true}, []protocol.Slice{slice(1, 6, 60), slice(1, 2, 10)}},
-		{"another card", "GPU-2", nil, []protocol.Slice{slice(2, 4, 30)}},
+		{"live pods' slices on the card", "GPU-1", map[string]bool{"a": true, "b": true, "c": true}, []protocol.Slice{slice(1, 6, 60), slice(1, 2, 10)}},
+		{"liveness unknown: every record", "GPU-1", nil, []protocol.Slice{slice(1, 6, 60), slice(1, 2, 10), slice(1, 12, 90)}},
+		{"another card", "GPU-2", map[string]bool{"c": true}, []protocol.Slice{slice(2, 4, 30)}},
 		{"no record on the card", "GPU-3", nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, slicesOn(grants, tc.finished, tc.uuid)); diff != "" {
+			if diff := cmp.Diff(tc.want, slicesOn(grants, tc.live, tc.uuid)); diff != "" {
 				t.Errorf("slices (-want +got):\n%s", diff)
 			}
 		})
@@ -58,7 +58,8 @@ func (b *cardSlicesBackend) Allocate(req enforce.Request) (*pluginapi.ContainerA
 
 // TestAllocatorCardSlices: the backend is told the slices the records hold
 // on the card (the mps backend's ceiling): none for the first container,
-// the first one's for the second; a finished pod's record does not count.
+// the first one's for the second; the records of a finished pod and of a
+// pod gone from the cache do not count.
 func TestAllocatorCardSlices(t *testing.T) {
 	ctx := context.Background()
 	big, small := general("big", 0, 6, 60, 1), general("small", 1, 4, 30, 1)
@@ -79,7 +80,12 @@ func TestAllocatorCardSlices(t *testing.T) {
 	if _, err := a.Allocate(ctx, protocol.ResourceMemory, ids("other", 2)); err != nil {
 		t.Fatal(err)
 	}
-	want := [][]protocol.Slice{nil, {slice(1, 6, 60)}, {slice(1, 4, 30)}}
+	last := general("last", 3, 1, 10, 1)
+	pods.cached = []*v1.Pod{other, last} // small deleted, its record still there
+	if _, err := a.Allocate(ctx, protocol.ResourceMemory, ids("last", 1)); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]protocol.Slice{nil, {slice(1, 6, 60)}, {slice(1, 4, 30)}, {slice(1, 2, 10)}}
 	if diff := cmp.Diff(want, b.seen); diff != "" {
 		t.Errorf("slices on the card per call (-want +got):\n%s", diff)
 	}
