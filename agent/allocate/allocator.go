@@ -257,6 +257,7 @@ func (a *Allocator) withinCapacity(ctx context.Context, g store.Grant) error {
 // answer is the backend's answer to req, plus the device nodes of its
 // cards on the memory call.
 func (a *Allocator) answer(ctx context.Context, backend enforce.Backend, req enforce.Request) (*pluginapi.ContainerAllocateResponse, error) {
+	req.CardSlices = a.cardSlices
 	resp, err := backend.Allocate(req)
 	if err != nil || a.Devices == nil || req.Resource != protocol.ResourceMemory {
 		return resp, err

@@ -41,6 +41,10 @@ type Request struct {
 	// container's spec, where an edit made to the answer afterwards would
 	// never reach the container.
 	Edit func(envs map[string]string)
+	// CardSlices lists the slices the node's live containers hold on
+	// card uuid, besides this container's (the mps backend's ceiling is
+	// the largest of them and this one's).
+	CardSlices func(uuid string) ([]protocol.Slice, error)
 }
 
 // Backend builds the container's part of the Allocate response for one resource.

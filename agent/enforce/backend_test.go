@@ -18,7 +18,8 @@ import (
 var cmpProto = cmpopts.IgnoreUnexported(pluginapi.Mount{})
 
 func req(resource string, class protocol.Class, policy protocol.Policy, slices ...protocol.Slice) Request {
-	return Request{Resource: resource, Class: class, Policy: policy, Slices: slices, Namespace: "ns", Pod: "p", Container: "c"}
+	return Request{Resource: resource, Class: class, Policy: policy, Slices: slices, Namespace: "ns", Pod: "p", Container: "c",
+		CardSlices: func(string) ([]protocol.Slice, error) { return nil, nil }} // alone on its cards
 }
 
 var (
@@ -74,7 +75,32 @@ func mpsNode(t *testing.T, ready ...string) string {
 	if err := os.Mkdir(filepath.Join(root, MPSShmDir), 0o1777); err != nil {
 		t.Fatal(err)
 	}
+	daemonTakesCeilings(t, root)
 	return root
+}
+
+// daemonTakesCeilings stands in for the control daemon's side of the
+// ceiling protocol (agent/enforce/mpsd tests the real one): every ceiling
+// file under root is marked in force, until the test ends.
+func daemonTakesCeilings(t *testing.T, root string) {
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			files, _ := filepath.Glob(filepath.Join(root, "*", MPSCeilingFile))
+			for _, f := range files {
+				if raw, err := os.ReadFile(f); err == nil {
+					_ = os.WriteFile(filepath.Join(filepath.Dir(f), MPSCeilingAppliedFile), raw, 0o644)
+				}
+			}
+			select {
+			case <-stop:
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); <-done })
 }
 
 func TestMPS(t *testing.T) {

@@ -55,6 +55,10 @@ type MPSControl interface {
 	// one CUDA process on it); ErrMPSNotReady when the daemon did not
 	// switch in time.
 	Whole(uuid string) error
+	// Ceil puts the card's daemon-side ceiling in force (mpsceiling.go), or
+	// fails naming the card: ErrMPSNotReady when the daemon did not take
+	// it in time.
+	Ceil(uuid string, c MPSCeiling) error
 }
 
 // MPSRoot finds the daemons the control daemon DaemonSet runs under Root,
@@ -170,6 +174,11 @@ func (m *MPS) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error
 		if err != nil {
 			return nil, err
 		}
+		// The ceiling is in force before the container exists: the
+		// daemon's limits bind only clients that connect afterwards.
+		if err := m.ceil(req, s); err != nil {
+			return nil, err
+		}
 		resp.Envs["CUDA_MPS_PIPE_DIRECTORY"] = MPSContainerPipeDir
 		resp.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "M"
 		resp.Mounts = []*pluginapi.Mount{
@@ -183,4 +192,22 @@ func (m *MPS) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error
 		}
 	}
 	return resp, nil
+}
+
+// ceil raises or lowers the card's ceiling to the largest slice among the
+// node's live containers on the card and this one.
+func (m *MPS) ceil(req Request, s protocol.Slice) error {
+	if req.CardSlices == nil {
+		return fmt.Errorf("mps backend: container %s/%s/%s: the slices on card %s are unknown (Request.CardSlices unset), so its MPS ceiling cannot be set",
+			req.Namespace, req.Pod, req.Container, s.UUID)
+	}
+	others, err := req.CardSlices(s.UUID)
+	if err != nil {
+		return fmt.Errorf("the MPS ceiling of card %s: %w", s.UUID, err)
+	}
+	c, err := CeilingOf(append(others, s), req.Policy)
+	if err != nil {
+		return fmt.Errorf("the MPS ceiling of card %s: %w", s.UUID, err)
+	}
+	return m.Control.Ceil(s.UUID, c)
 }

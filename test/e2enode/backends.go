@@ -129,6 +129,9 @@ func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *n
 		} else {
 			problems = append(backendProblems(backend, p, lines), n.driverProblems(lines)...)
 		}
+		if backend == "mps" && !v.whole {
+			problems = append(problems, mpsCeilingProblems(p, n)...)
+		}
 		if v.override {
 			t, escaped := escapeAttempts(backend, lines)
 			tally.Add(t)
@@ -137,7 +140,7 @@ func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *n
 		if len(problems) > 0 {
 			fail("%s %s: %s", backend, p.Name, strings.Join(problems, "; "))
 		} else {
-			fmt.Printf("ok   %s %s on %s: its card, files, directories and variables, none of the pod's own overrides%s\n", backend, p.Name, n.name, verify.EscapeSummary(lines))
+			fmt.Printf("ok   %s %s on %s: its card, files, directories and variables, none of the pod's own overrides%s%s\n", backend, p.Name, n.name, verify.EscapeSummary(lines), ceilingNote(backend, v))
 		}
 		if backend == "mps" && v.name == "override" {
 			if err := restartAgentKeepsMPS(ctx, cp, n.name, p.Name); err != nil {
@@ -278,4 +281,28 @@ func wholeCardProblems(p *corev1.Pod, lines []verify.Line, n *node) []string {
 		problems = append(problems, "the MPS control daemon did not mark card "+uuid+" whole: "+err.Error())
 	}
 	return problems
+}
+
+// mpsCeilingProblems checks the daemon-side ceiling the control daemon
+// marked in force on a shared probe's card, as read on the node (the
+// daemon is simulated there: it checks the agent's ceiling file and marks
+// it in force without a control binary; docs/real-node.md).
+func mpsCeilingProblems(p *corev1.Pod, n *node) []string {
+	a, err := protocol.DecodeAssignment([]byte(p.Annotations[protocol.AnnotationAssignment]))
+	if err != nil || len(a.Containers) == 0 || len(a.Containers[0].Slices) == 0 {
+		return []string{fmt.Sprintf("assignment: %v", err)}
+	}
+	path := filepath.Join(n.dir, "run-qgpu", "mps", a.Containers[0].Slices[0].UUID, enforce.MPSCeilingAppliedFile)
+	applied, err := os.ReadFile(path)
+	if err != nil {
+		return []string{"no MPS ceiling in force: " + err.Error()}
+	}
+	return verify.MPSCeiling(p, "probe", string(applied))
+}
+
+func ceilingNote(backend string, v variant) string {
+	if backend != "mps" || v.whole {
+		return ""
+	}
+	return "; the MPS ceiling in force on its card is its slice"
 }

@@ -65,6 +65,9 @@ type daemon struct {
 	uuid, pipe, log, ready string
 	stop                   chan struct{} // closed by Stop or release
 	done                   chan struct{} // closed when its supervisor returns
+
+	mu      sync.Mutex // syncCeiling is called by markReady and FollowOnce
+	applied string     // the ceiling file's text in force on this run ("" none)
 }
 
 // New returns a supervisor with default backoff (1 s to 1 min), quit
@@ -169,18 +172,29 @@ func (r *restartDelays) next(ran time.Duration) time.Duration {
 }
 
 // markReady writes the card's ready file once the daemon's control pipe
-// exists (the agent hands the card to clients only then).
+// exists and the card's ceiling is in force (the agent hands the card to
+// clients only then). A ceiling that cannot be put in force keeps the
+// card unready, and is tried again until it can.
 func (d *Daemons) markReady(m *daemon, exited <-chan struct{}) {
 	control := filepath.Join(m.pipe, "control")
 	deadline := time.After(d.ReadyTimeout)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	var refused string
 	for {
 		if _, err := os.Stat(control); err == nil || d.Bin == "" {
-			if err := os.WriteFile(m.ready, []byte(m.pipe+"\n"), 0o644); err != nil {
-				d.Logger.Error(err, "Marking the MPS daemon ready", "card", m.uuid)
+			deadline = nil // the pipe is there; the ceiling has no deadline
+			err := d.syncCeiling(m)
+			if err == nil {
+				if err := os.WriteFile(m.ready, []byte(m.pipe+"\n"), 0o644); err != nil {
+					d.Logger.Error(err, "Marking the MPS daemon ready", "card", m.uuid)
+				}
+				return
 			}
-			return
+			if err.Error() != refused {
+				refused = err.Error()
+				d.Logger.Error(err, "MPS ceiling not in force; the card stays unready", "card", m.uuid)
+			}
 		}
 		select {
 		case <-tick.C:
@@ -201,6 +215,7 @@ func (d *Daemons) runOnce(m *daemon) error {
 		return nil
 	default:
 	}
+	d.forgetCeiling(m)
 	if d.Bin == "" {
 		d.markReady(m, nil)
 		<-m.stop
@@ -249,6 +264,7 @@ func (d *Daemons) Stop() {
 	defer d.mu.Unlock()
 	for uuid, m := range d.daemons {
 		_ = os.Remove(m.ready)
+		d.forgetCeiling(m)
 		if err := d.Modes.SetExclusiveProcess(uuid, false); err != nil {
 			d.Logger.Error(err, "Setting compute mode DEFAULT", "card", uuid)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -41,17 +40,34 @@ func (d *Daemons) Follow(ctx context.Context, uuids []string, every time.Duratio
 func (d *Daemons) FollowOnce(uuids []string) {
 	for _, u := range uuids {
 		raw, err := os.ReadFile(filepath.Join(d.Root, u, enforce.MPSRequestFile))
-		if err != nil {
-			continue
+		if err == nil {
+			if strings.TrimSpace(string(raw)) == enforce.MPSRequestWhole {
+				err = d.release(u)
+			} else {
+				err = d.start(u)
+			}
+			if err != nil {
+				d.Logger.Error(err, "Switching the card as the agent asked", "card", u, "request", string(raw))
+			}
 		}
-		if strings.TrimSpace(string(raw)) == enforce.MPSRequestWhole {
-			err = d.release(u)
-		} else {
-			err = d.start(u)
-		}
-		if err != nil {
-			d.Logger.Error(err, "Switching the card as the agent asked", "card", u, "request", string(raw))
-		}
+		d.followCeiling(u)
+	}
+}
+
+// followCeiling puts a changed ceiling in force on a ready card's daemon
+// (a card not ready yet gets it from markReady, before it is ready).
+func (d *Daemons) followCeiling(uuid string) {
+	d.mu.Lock()
+	m, ok := d.daemons[uuid]
+	d.mu.Unlock()
+	if !ok {
+		return
+	}
+	if _, err := os.Stat(m.ready); err != nil {
+		return
+	}
+	if err := d.syncCeiling(m); err != nil {
+		d.Logger.Error(err, "MPS ceiling not changed", "card", uuid)
 	}
 }
 
@@ -81,6 +97,7 @@ func (d *Daemons) release(uuid string) error {
 		d.mu.Unlock()
 		<-m.done
 		_ = os.Remove(m.ready)
+		d.forgetCeiling(m)
 		if err := d.Modes.SetExclusiveProcess(uuid, false); err != nil {
 			return err
 		}
@@ -99,10 +116,6 @@ func (d *Daemons) serverRunning(m *daemon) bool {
 	if d.Bin == "" {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), d.QuitTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, d.Bin)
-	cmd.Env, cmd.Stdin = d.env(m), strings.NewReader("get_server_list\n")
-	out, err := cmd.Output()
-	return err != nil || strings.TrimSpace(string(out)) != ""
+	out, err := d.control(m, "get_server_list")
+	return err != nil || strings.TrimSpace(out) != ""
 }

@@ -36,8 +36,9 @@ func newMPSCommand() *cobra.Command {
 		Short: "Run one MPS control daemon per card (the mps backend's DaemonSet)",
 		Long: `mps-control-daemon sets every card of the node to the EXCLUSIVE_PROCESS
 compute mode, runs and supervises nvidia-cuda-mps-control per card with its
-pipe and log directories under --mps-root, and marks each card ready there
-for the agent's mps backend. On SIGTERM it quits the daemons and sets the
+pipe and log directories under --mps-root, puts each card's ceiling (the
+agent's <root>/<uuid>/ceiling) in force through the control pipe, and marks
+each card ready there for the agent's mps backend. On SIGTERM it quits the daemons and sets the
 cards back to DEFAULT. docs/backend-mps.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -105,4 +106,31 @@ func Backend(lines []Line) string {
 		return fmt.Sprintf("%s (memory) and %s (cores)", memory, core)
 	}
 	return memory
+}
+
+// MPSCeiling checks the daemon-side ceiling the control daemon marked in
+// force on the container's card (applied: <mps root>/<uuid>/ceiling.applied
+// as read on the node) for a container alone on its card: exactly its
+// slice, the memory in MiB and its cores as the thread percentage (policy
+// fixed-share). A client that drops its CUDA_MPS_* variables gets this
+// ceiling from a real MPS server; what a client really gets needs a real
+// card (docs/real-node.md).
+func MPSCeiling(p *corev1.Pod, container, applied string) []string {
+	slices, err := containerSlices(p, container)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	if len(slices) != 1 {
+		return []string{fmt.Sprintf("%d cards: MPS serves one-card containers", len(slices))}
+	}
+	got, err := enforce.ParseMPSCeiling(applied)
+	if err != nil {
+		return []string{fmt.Sprintf("the MPS ceiling in force on %s: %v", slices[0].UUID, err)}
+	}
+	want := enforce.MPSCeiling{MemoryMiB: slices[0].MemoryGiB * protocol.GiB, ThreadPercentage: slices[0].Cores}
+	if got != want {
+		return []string{fmt.Sprintf("the MPS ceiling in force on %s is %s, want the container's slice %s",
+			slices[0].UUID, strings.TrimSpace(got.String()), strings.TrimSpace(want.String()))}
+	}
+	return nil
 }

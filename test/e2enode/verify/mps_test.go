@@ -65,3 +65,22 @@ func TestBackend(t *testing.T) {
 		}
 	}
 }
+
+func TestMPSCeiling(t *testing.T) {
+	for _, tc := range []struct {
+		name, applied string
+		want          string // a problem containing this; "" for none
+	}{
+		{"the slice", "memory_mib=4096 active_thread_percentage=30\n", ""},
+		{"the whole card", "memory_mib=16384 active_thread_percentage=100\n", "is memory_mib=16384 active_thread_percentage=100, want the container's slice"},
+		{"below the slice", "memory_mib=2048 active_thread_percentage=30\n", "want the container's slice memory_mib=4096"},
+		{"none in force", "", "the MPS ceiling in force on GPU-b: memory_mib missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.Join(MPSCeiling(pod(t), "main", tc.applied), "; ")
+			if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {
+				t.Errorf("problems %q, want one with %q", got, tc.want)
+			}
+		})
+	}
+}
