@@ -55,8 +55,13 @@ func (p *QGPU) parseClaims(pod *v1.Pod) (*request.Request, error) {
 
 // claimStatus is PreFilter's verdict on the claims of a pod that uses
 // ResourceClaims, given what parse made of it: nil to go on.
-func (p *QGPU) claimStatus(pod *v1.Pod, req *request.Request, err error) *fwk.Status {
+func (p *QGPU) claimStatus(ctx context.Context, pod *v1.Pod, req *request.Request, err error) *fwk.Status {
+	var allocated *request.AllocatedClaimError
 	switch {
+	case errors.As(err, &allocated) && allocated.Stale:
+		p.releaseStale(ctx, allocated.Ref, pod)
+		p.rejections.rejected(pointPreFilter, reasonClaimPending)
+		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	case errors.Is(err, request.ErrClaimPending):
 		p.rejections.rejected(pointPreFilter, reasonClaimPending)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
@@ -170,6 +175,25 @@ func (p *QGPU) releaseClaims(ctx context.Context, s *cycleState, pod *v1.Pod) {
 }
 
 var errNothingToDo = errors.New("nothing to do")
+
+// releaseStale takes back an allocation this plugin wrote for pod in a
+// cycle that never bound it (the scheduler died between PreBind and Bind,
+// or before Unreserve finished). The claim's update requeues the pod
+// (isSchedulableAfterClaimChange).
+func (p *QGPU) releaseStale(ctx context.Context, ref request.ClaimRef, pod *v1.Pod) {
+	_, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
+		if !allocatedBy(c, ref) {
+			return errNothingToDo
+		}
+		c.Status.Allocation, c.Status.ReservedFor = nil, nil
+		return nil
+	})
+	if err != nil && !errors.Is(err, errNothingToDo) {
+		klog.FromContext(ctx).Error(err, "Releasing a qGPU claim a dead cycle left allocated", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
+		return
+	}
+	klog.FromContext(ctx).V(2).Info("Released a qGPU claim a dead cycle left allocated", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
+}
 
 // writeClaim applies change to the claim's latest version and writes its
 // status, retrying on conflicts, and returns what the apiserver stored; the claim must still have ref's UID, and

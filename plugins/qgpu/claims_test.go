@@ -265,3 +265,37 @@ func TestClaimsGateOff(t *testing.T) {
 		t.Fatalf("the capacity-less allocation stayed: %+v", c.Status)
 	}
 }
+
+// TestClaimsStaleAllocationReleased: a scheduler that died between PreBind
+// and Bind left the claim allocated for an unbound pod; the next cycle
+// releases it (and then places the pod anew), while a claim another pod
+// holds, or one allocated by someone else, is left alone.
+func TestClaimsStaleAllocationReleased(t *testing.T) {
+	share := types.UID("00000000-0000-0000-0000-0000000000s1")
+	stale := draClaim("s1", protocol.ClassGeneral, "1Gi", "10")
+	pod := draPod("p", "s1")
+	stale.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: protocol.DRADriver, Pool: "n1", Device: "gpu-0", ShareID: &share}}}}
+	stale.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: pod.UID}}
+	held := stale.DeepCopy()
+	held.Name, held.UID = "s2", "00000000-0000-0000-0000-0000000000s2"
+	held.Status.Allocation.Devices.Results[0].ShareID = ptr.To(held.UID)
+	held.Status.ReservedFor[0].UID = "another-pod"
+	foreign := stale.DeepCopy()
+	foreign.Name, foreign.UID = "s3", "00000000-0000-0000-0000-0000000000s3"
+	foreign.Status.Allocation.Devices.Results[0].ShareID = nil
+	p := draWorld(t, stale, held, foreign)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		claim    string
+		released bool
+	}{{"s1", true}, {"s2", false}, {"s3", false}} {
+		_, st := p.PreFilter(ctx, framework.NewCycleState(), draPod("p", tc.claim), nil)
+		if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "is allocated") {
+			t.Errorf("%s: %v, want Unschedulable (waiting)", tc.claim, st)
+		}
+		if got := readClaim(t, p, tc.claim).Status.Allocation == nil; got != tc.released {
+			t.Errorf("%s: released %v, want %v", tc.claim, got, tc.released)
+		}
+	}
+}

@@ -23,7 +23,7 @@ import (
 func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
 	req, err := p.parse(pod)
 	if request.UsesClaims(pod) {
-		if st := p.claimStatus(pod, req, err); st != nil {
+		if st := p.claimStatus(ctx, pod, req, err); st != nil {
 			return nil, st
 		}
 	}

@@ -18,6 +18,46 @@ import (
 // still allocated from an earlier attempt. The pod waits; it is not broken.
 var ErrClaimPending = errors.New("ResourceClaim not ready")
 
+// AllocatedClaimError is a claim still allocated when its pod is to be
+// placed. It wraps ErrClaimPending: the pod waits for the release.
+type AllocatedClaimError struct {
+	Ref ClaimRef
+	// Stale: qGPU allocated it for this very pod, which is not bound: a
+	// scheduler that wrote it did not live to bind the pod (or to take it
+	// back). Nothing else holds it; whoever places the pod may release it.
+	Stale bool
+}
+
+func (e *AllocatedClaimError) Error() string {
+	why := "waiting for its release"
+	if e.Stale {
+		why = "a binding that never happened left it allocated for this pod; releasing it"
+	}
+	return fmt.Sprintf("%v: ResourceClaim %s is allocated: %s", ErrClaimPending, e.Ref.Name, why)
+}
+
+func (e *AllocatedClaimError) Unwrap() error { return ErrClaimPending }
+
+// staleFor reports whether qGPU allocated the claim for pod (its share ID
+// is the claim's UID, as the plugin writes it), nothing but pod holds it,
+// and pod is not bound.
+func staleFor(claim *resourceapi.ResourceClaim, pod *v1.Pod) bool {
+	if pod.Spec.NodeName != "" {
+		return false
+	}
+	for _, r := range claim.Status.ReservedFor {
+		if r.UID != pod.UID {
+			return false
+		}
+	}
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != protocol.DRADriver || r.ShareID == nil || *r.ShareID != claim.UID {
+			return false
+		}
+	}
+	return len(claim.Status.Allocation.Devices.Results) > 0
+}
+
 // ClaimRef ties one container's slice to the ResourceClaim request it came
 // from, so that PreBind can write the allocation (docs/dra.md).
 type ClaimRef struct {
@@ -64,7 +104,7 @@ func ParseClaims(pod *v1.Pod, get ClaimGetter) (*Request, error) {
 		if claim == nil {
 			continue
 		}
-		ref, c, class, ok, err := claimSlice(claim, pc.Name, users[pc.Name])
+		ref, c, class, ok, err := claimSlice(pod, claim, pc.Name, users[pc.Name])
 		if err != nil || !ok {
 			if err != nil {
 				return nil, err
@@ -144,7 +184,7 @@ func ownedBy(claim *resourceapi.ResourceClaim, pod *v1.Pod) bool {
 }
 
 // claimSlice reads one claim: ok is false when it asks for no qGPU class.
-func claimSlice(claim *resourceapi.ResourceClaim, podClaim string, users []string) (ClaimRef, Container, protocol.Class, bool, error) {
+func claimSlice(pod *v1.Pod, claim *resourceapi.ResourceClaim, podClaim string, users []string) (ClaimRef, Container, protocol.Class, bool, error) {
 	ref := ClaimRef{PodClaim: podClaim, Namespace: claim.Namespace, Name: claim.Name, UID: claim.UID}
 	at := "ResourceClaim " + claim.Name
 	reqs := claim.Spec.Devices.Requests
@@ -177,7 +217,7 @@ func claimSlice(claim *resourceapi.ResourceClaim, podClaim string, users []strin
 		return ref, Container{}, "", false, invalidf("resourceClaims[%s]: used by %s: qGPU claims serve app containers only", podClaim, users[0])
 	}
 	if claim.Status.Allocation != nil {
-		return ref, Container{}, "", false, fmt.Errorf("%w: %s is allocated (reserved for %d consumers): waiting for its release", ErrClaimPending, at, len(claim.Status.ReservedFor))
+		return ref, Container{}, "", false, &AllocatedClaimError{Ref: ref, Stale: staleFor(claim, pod)}
 	}
 	r := reqs[0]
 	ref.Request, ref.Container = r.Name, users[0]
