@@ -69,6 +69,8 @@ type Pod struct {
 	// Claimed: the pod asked through ResourceClaims (docs/dra.md); its
 	// request is read back from its assignment.
 	Claimed bool
+	// claims maps its ResourceClaims to the container using each (CheckClaims).
+	claims map[string]string
 	// Problem is why the pod's request or annotations are not usable, if so.
 	Problem string
 }
@@ -143,7 +145,7 @@ func (c *Cluster) addPod(pod *v1.Pod) {
 	if req == nil && err == nil && p.Assignment != nil {
 		// Asked through ResourceClaims (docs/dra.md): the assignment holds the shape.
 		req = request.FromAssignment(p.Assignment)
-		p.Claimed = true
+		p.Claimed, p.claims = true, claimNames(pod)
 	}
 	switch {
 	case err != nil:

@@ -98,8 +98,12 @@ func checkCluster(t *testing.T, cs kubernetes.Interface) *view.Cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	claims, err := cs.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := view.Build(nodes.Items, pods.Items, 0)
-	if v := c.Check(); len(v) > 0 {
+	if v := append(c.Check(), c.CheckClaims(claims.Items)...); len(v) > 0 {
 		var b strings.Builder
 		for _, x := range v {
 			fmt.Fprintln(&b, x)

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -125,7 +126,11 @@ func (o *options) check(cmd *cobra.Command, format string) (*CheckReport, error)
 	if err != nil {
 		return nil, err
 	}
-	report := checkReport(r.view)
+	s, err := o.source()
+	if err != nil {
+		return nil, err
+	}
+	report := checkReport(r.view, s.claims(cmd.Context()))
 	if p == nil {
 		printCheck(o.streams.Out, report)
 		return report, nil
@@ -133,10 +138,12 @@ func (o *options) check(cmd *cobra.Command, format string) (*CheckReport, error)
 	return report, p.PrintObj(report, o.streams.Out)
 }
 
-// checkReport is the cluster's violations, warnings (not counted:
-// view.Cluster.Warnings says why) and swapped pods.
-func checkReport(c *view.Cluster) *CheckReport {
-	r := &CheckReport{TypeMeta: typeMeta("CheckReport"), Violations: findings(c.Check()), Warnings: findings(c.Warnings()), Swapped: c.Swapped()}
+// checkReport is the cluster's violations (the claimed pods compared with
+// claims too), warnings (not counted: view.Cluster.Warnings says why) and
+// swapped pods.
+func checkReport(c *view.Cluster, claims []resourceapi.ResourceClaim) *CheckReport {
+	violations := append(c.Check(), c.CheckClaims(claims)...)
+	r := &CheckReport{TypeMeta: typeMeta("CheckReport"), Violations: findings(violations), Warnings: findings(c.Warnings()), Swapped: c.Swapped()}
 	if r.Swapped == nil {
 		r.Swapped = []string{}
 	}

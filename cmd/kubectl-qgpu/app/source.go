@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -63,6 +64,28 @@ func (s *source) nodes(ctx context.Context, selector string) ([]v1.Node, error) 
 		}
 	}
 	return nil, fmt.Errorf("listing nodes: more than %d pages of %d", maxPages, pageSize)
+}
+
+// claims lists every ResourceClaim, for check to compare the claimed pods
+// with (docs/dra.md). Claims are extra: where the API is not served (before
+// Kubernetes 1.34) or the user may not list them, check warns once and
+// compares nothing.
+func (s *source) claims(ctx context.Context) []resourceapi.ResourceClaim {
+	var out []resourceapi.ResourceClaim
+	opts := metav1.ListOptions{Limit: pageSize}
+	for range maxPages {
+		list, err := s.client.ResourceV1().ResourceClaims("").List(ctx, opts)
+		if err != nil {
+			s.warn("claimed pods are not compared with their ResourceClaims: %v", explain(err, "listing resourceclaims"))
+			return nil
+		}
+		out = append(out, list.Items...)
+		if opts.Continue = list.Continue; opts.Continue == "" {
+			return out
+		}
+	}
+	s.warn("claimed pods are not compared with their ResourceClaims: more than %d pages of %d", maxPages, pageSize)
+	return nil
 }
 
 // cardModels reads the card models of the named nodes from their
