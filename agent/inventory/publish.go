@@ -32,3 +32,15 @@ func Publish(ctx context.Context, client kubernetes.Interface, node string, inv 
 	klog.FromContext(ctx).V(2).Info("Published inventory", "node", node, "cards", len(inv.Cards))
 	return nil
 }
+
+// Remove removes the inventory annotation from node (an agent in DRA mode
+// publishes ResourceSlices instead: a leftover inventory would offer the
+// node's cards to pods of the device-plugin path, which it no longer
+// serves). A Node without it is left untouched.
+func Remove(ctx context.Context, client kubernetes.Interface, node string) error {
+	patch := []byte(`{"metadata":{"annotations":{"` + protocol.AnnotationInventory + `":null}}}`)
+	if _, err := client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "qgpu-agent"}); err != nil {
+		return fmt.Errorf("removing the inventory from node %s: %w", node, err)
+	}
+	return nil
+}
