@@ -131,7 +131,9 @@ func (g *Guard) Verify(ctx context.Context, want []resourceapi.Device) error {
 	case len(missing) > 0:
 		klog.FromContext(ctx).V(4).Info("Published devices not read back yet", "missing", missing)
 	default:
-		g.setIntact()
+		if g.setIntact() {
+			klog.FromContext(ctx).Info("The node's ResourceSlice reads back with its consumable-capacity fields", "devices", len(want))
+		}
 	}
 	return nil
 }
@@ -150,7 +152,8 @@ func droppedFields(want, got resourceapi.Device) []string {
 	return lost
 }
 
-func (g *Guard) setIntact() {
+// setIntact reports whether the state changed.
+func (g *Guard) setIntact() bool {
 	g.mu.Lock()
 	first := g.state != nil
 	g.state = nil
@@ -158,6 +161,7 @@ func (g *Guard) setIntact() {
 	if first {
 		g.Metric(true)
 	}
+	return first
 }
 
 // Dropped withdraws the node's devices, once: not ready, the metric 0, a

@@ -3,6 +3,8 @@ package dra
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -70,6 +72,12 @@ type Plugin struct {
 func StartPlugin(ctx context.Context, cfg PluginConfig, driver *Driver) (*Plugin, error) {
 	if cfg.Node == "" || cfg.Client == nil || cfg.Cards == nil || cfg.Recorder == nil || cfg.Metric == nil {
 		return nil, errors.New("dra: node, client, cards, recorder and metric are required")
+	}
+	// The kubelet creates its directories; the driver's own is the driver's to make.
+	for _, dir := range []string{DriverDir(cfg.PluginsDir), cfg.RegistryDir} {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("creating the DRA plugin's directory: %w", err)
+		}
 	}
 	p := &Plugin{cfg: cfg}
 	p.guard = NewGuard(cfg.Client, cfg.Node, cfg.Recorder, cfg.Metric, p.Publish)
