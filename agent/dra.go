@@ -12,7 +12,6 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/klog/v2"
 
@@ -156,16 +155,13 @@ func (a *agent) withGrants(more func() ([]store.Grant, error)) ([]store.Grant, e
 func removeInventoryWhenRegistered(ctx context.Context, a *agent) error {
 	logged := false
 	return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := a.cfg.Client.CoreV1().Nodes().Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+		err := inventory.Remove(ctx, a.cfg.Client, a.cfg.NodeName)
 		if apierrors.IsNotFound(err) {
 			if !logged {
 				klog.FromContext(ctx).Info("Waiting for the Node to be registered", "node", a.cfg.NodeName)
 				logged = true
 			}
 			return false, nil
-		}
-		if err == nil {
-			err = inventory.Remove(ctx, a.cfg.Client, a.cfg.NodeName)
 		}
 		return err == nil, err
 	})
