@@ -21,8 +21,10 @@ import (
 )
 
 // ClaimCDIKind is the kind of the CDI specs the driver writes, one per
-// prepared request: claim.gpu.qgpu.io/slice=<claim UID>_<request>.
-const ClaimCDIKind = "claim." + protocol.DRADriver + "/slice"
+// prepared request: claim.gpu.qgpu.io/slice=<claim UID>_<request> (the
+// driver's name under a vendor of its own, so that no other spec's kind is
+// touched; written whole, so that the pages name it as the code does).
+const ClaimCDIKind = "claim.gpu.qgpu.io/slice"
 
 // Driver prepares and unprepares claims for the kubelet
 // (kubeletplugin.DRAPlugin). Every call holds its lock: the checkpoint is

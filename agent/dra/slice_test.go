@@ -71,3 +71,9 @@ func TestShared(t *testing.T) {
 		t.Errorf("Withdrawn = %+v, want one empty slice", w)
 	}
 }
+
+func TestClaimCDIKind(t *testing.T) {
+	if want := "claim." + protocol.DRADriver + "/slice"; ClaimCDIKind != want {
+		t.Errorf("ClaimCDIKind %q, want %q: the driver's name under its own vendor", ClaimCDIKind, want)
+	}
+}
