@@ -230,15 +230,22 @@ func TestGrants(t *testing.T) {
 		return v1.Container{Name: name, Resources: v1.ResourceRequirements{Claims: []v1.ResourceClaim{{Name: "g", Request: request}}}}
 	}
 	pods := []*v1.Pod{
-		pod("direct", ptr.To("off"), nil, uses("main", ""), v1.Container{Name: "sidecar"}),
+		pod("direct", ptr.To("off"), nil, uses("main", ""), v1.Container{Name: "sidecar"}, uses("second", "gpu")),
 		pod("templated", nil, ptr.To("off"), uses("main", "gpu")),
 		pod("other-request", ptr.To("off"), nil, uses("main", "other")),
 		pod("other-claim", ptr.To("someone-else"), nil, uses("main", "")),
 	}
 	got := PodGrants(d.Prepared(), pods)
+	grant := func(pod, ctr, resource string) store.Grant {
+		return store.Grant{Version: store.SchemaVersion, PodUID: "pod-" + pod, Namespace: "ns", Name: pod, Container: ctr,
+			Resource: resource, Class: protocol.ClassOffline, Slices: slice}
+	}
+	// The pod's second container on the same claim holds its memory, not
+	// the pod's cores a second time.
 	wantPods := []store.Grant{
-		{Version: store.SchemaVersion, PodUID: "pod-direct", Namespace: "ns", Name: "direct", Container: "main", Resource: protocol.ResourceMemory, Class: protocol.ClassOffline, Slices: slice},
-		{Version: store.SchemaVersion, PodUID: "pod-templated", Namespace: "ns", Name: "templated", Container: "main", Resource: protocol.ResourceMemory, Class: protocol.ClassOffline, Slices: slice},
+		grant("direct", "main", protocol.ResourceMemory), grant("direct", "main", protocol.ResourceCoreGreedy),
+		grant("direct", "second", protocol.ResourceMemory),
+		grant("templated", "main", protocol.ResourceMemory), grant("templated", "main", protocol.ResourceCoreGreedy),
 	}
 	if diff := cmp.Diff(wantPods, got); diff != "" {
 		t.Errorf("PodGrants (-want +got):\n%s", diff)

@@ -5,6 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -27,11 +28,14 @@ func ClaimGrants(prepared []Prepared) []store.Grant {
 }
 
 // PodGrants are the prepared claims as the priority controller
-// (agent/priority) reads grants: one memory grant per container of a pod
-// on the node that uses a prepared claim's request, in that request's
-// class. Which claim a pod's claim is comes from the pod: its
-// resourceClaimName, or the name status.resourceClaimStatuses gives the
-// claim made from its template.
+// (agent/priority) reads grants, in the shape the device plugins' Allocate
+// records them: per container of a pod on the node that uses a prepared
+// claim's request, a memory grant in that request's class, and for
+// general and offline requests a core grant (qgpu-core, qgpu-core-greedy)
+// on the pod's first container using it only (its containers share the
+// claim's one slice, so the pod's share is counted once). Which claim a
+// pod's claim is comes from the pod: its resourceClaimName, or the name
+// status.resourceClaimStatuses gives the claim made from its template.
 func PodGrants(prepared []Prepared, pods []*v1.Pod) []store.Grant {
 	byName := map[string]Prepared{}
 	for _, p := range prepared {
@@ -39,6 +43,7 @@ func PodGrants(prepared []Prepared, pods []*v1.Pod) []store.Grant {
 	}
 	var out []store.Grant
 	for _, pod := range pods {
+		counted := map[string]bool{} // claim UID/request whose cores this pod holds already
 		for _, c := range pod.Spec.Containers {
 			for _, ref := range c.Resources.Claims {
 				name, ok := podClaimName(pod, ref.Name)
@@ -53,8 +58,15 @@ func PodGrants(prepared []Prepared, pods []*v1.Pod) []store.Grant {
 					if ref.Request != "" && ref.Request != r.Name && !isSubrequestOf(r.Name, ref.Request) {
 						continue
 					}
-					out = append(out, store.Grant{Version: store.SchemaVersion, PodUID: string(pod.UID), Namespace: pod.Namespace,
-						Name: pod.Name, Container: c.Name, Resource: protocol.ResourceMemory, Class: r.Class, Slices: slices.Clone(r.Slices)})
+					g := store.Grant{Version: store.SchemaVersion, PodUID: string(pod.UID), Namespace: pod.Namespace,
+						Name: pod.Name, Container: c.Name, Resource: protocol.ResourceMemory, Class: r.Class, Slices: slices.Clone(r.Slices)}
+					out = append(out, g)
+					key := string(p.UID) + "/" + r.Name
+					if core, ok := enforce.CoreResource(r.Class); ok && !counted[key] {
+						counted[key] = true
+						g.Resource, g.Slices = core, slices.Clone(r.Slices)
+						out = append(out, g)
+					}
 				}
 			}
 		}
