@@ -54,6 +54,9 @@ func Run(ctx context.Context, cfg Config) error {
 	tracker := inventory.NewTracker(driver.Cards())
 	klog.FromContext(ctx).Info("Discovered cards", "node", cfg.NodeName, "cards", len(driver.Cards()))
 	a := &agent{cfg: cfg, store: st, tracker: tracker, metrics: metrics.New(), probes: health.NewProbes(st, tracker)}
+	if cfg.draMode() {
+		a.probes = health.NewDRAProbes(st)
+	}
 	// The probes answer from here on: while the agent waits for its Node or
 	// the API server, liveness passes and readiness says what is missing.
 	var metricsAddr net.Addr
@@ -61,6 +64,9 @@ func Run(ctx context.Context, cfg Config) error {
 		if metricsAddr, err = a.metrics.Serve(ctx, cfg.MetricsAddr, a.probes.Handlers()); err != nil {
 			return err
 		}
+	}
+	if cfg.draMode() {
+		return a.runDRA(ctx, driver, metricsAddr)
 	}
 	a.publisher = inventory.NewPublisher(cfg.Client, cfg.NodeName, tracker, a.probes.Published)
 	if err := a.publisher.PublishWhenRegistered(ctx); err != nil {
@@ -158,12 +164,7 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nodeCfg *nodeconfig.Config, grants *grantwriter.Writer, delivery *enforce.Delivery) *allocate.Allocator {
 	alloc := &allocate.Allocator{Node: a.cfg.NodeName, Store: a.store, Pods: podSource,
 		Config: nodeCfg.Current, OnPodGranted: grants.Enqueue, Cards: a.tracker.Cards, Recorder: a.recorder,
-		Grantable: func(uuid string) error {
-			if err := a.tracker.Grantable(uuid); err != nil {
-				return err
-			}
-			return driver.Grantable(uuid)
-		}}
+		Grantable: a.grantable(driver)}
 	// Under CDI the cards' device nodes come from the node's NVIDIA spec.
 	if a.cfg.DeviceRoot != "" && !delivery.Strategy.CDI() {
 		alloc.Devices = &enforce.DeviceNodes{Root: a.cfg.DeviceRoot, Minor: driver.Minor}
@@ -174,9 +175,20 @@ func (a *agent) allocator(driver *nvml.Driver, podSource allocate.PodSource, nod
 	return alloc
 }
 
+// grantable refuses a card that is unhealthy or in MIG mode now.
+func (a *agent) grantable(driver *nvml.Driver) func(uuid string) error {
+	return func(uuid string) error {
+		if err := a.tracker.Grantable(uuid); err != nil {
+			return err
+		}
+		return driver.Grantable(uuid)
+	}
+}
+
 // enforcement watches the Node's policy and backend labels and keeps the
 // xgn taint its node-alloc-mode label asks for (agent/xgn); the backends
-// answer through delivery (--device-list-strategy).
+// answer through delivery (--device-list-strategy; nil: undelivered, for
+// the DRA mode, whose claims' CDI specs deliver them).
 func (a *agent) enforcement(ctx context.Context, delivery *enforce.Delivery) (*nodeconfig.Config, error) {
 	nodeCfg := &nodeconfig.Config{Node: a.cfg.NodeName, DefaultBackend: a.cfg.Backend, Recorder: a.recorder,
 		Options: enforce.Options{MPSRoot: a.cfg.MPSRoot, Delivery: delivery, HAMi: enforce.HAMiOptions{LibDir: a.cfg.HAMiLibDir,
@@ -191,7 +203,11 @@ func (a *agent) enforcement(ctx context.Context, delivery *enforce.Delivery) (*n
 		// Not fatal: every Allocate reports it, and fixing the node fixes the agent.
 		klog.FromContext(ctx).Error(err, "Enforcement backend unusable; Allocate will refuse until it is fixed")
 	} else {
-		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy, "deviceListStrategy", delivery.Strategy)
+		how := "dra (a CDI spec per claim)"
+		if delivery != nil {
+			how = string(delivery.Strategy)
+		}
+		klog.FromContext(ctx).Info("Enforcement", "backend", b.Name(), "policy", policy, "deviceListStrategy", how)
 	}
 	return nodeCfg, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/hamicore"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/agent/suspension"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -33,19 +34,26 @@ func (a *agent) delivery() (*enforce.Delivery, error) {
 	}
 	var specs *enforce.CDISpecs
 	if strategy.CDI() {
-		nodeDirs, kinds := a.cfg.CDINodeSpecDirs, enforce.DefaultCDICardKinds
-		if a.writeCardSpec() {
-			kinds = append([]string{a.cfg.CardSpec.Kind}, kinds...)
-			if !slices.Contains(nodeDirs, a.cfg.CDISpecDir) {
-				nodeDirs = append(slices.Clone(nodeDirs), a.cfg.CDISpecDir)
-			}
-		}
 		var err error
-		if specs, err = enforce.NewCDISpecs(a.cfg.CDISpecDir, nodeDirs, kinds...); err != nil {
+		if specs, err = a.cdiSpecs(); err != nil {
 			return nil, err
 		}
 	}
 	return enforce.NewDelivery(strategy, specs)
+}
+
+// cdiSpecs writes the agent's card spec (--cdi-card-kind) and opens the
+// CDI spec directories: the agent's own and the node's, where the cards'
+// devices are looked up.
+func (a *agent) cdiSpecs() (*enforce.CDISpecs, error) {
+	nodeDirs, kinds := a.cfg.CDINodeSpecDirs, enforce.DefaultCDICardKinds
+	if a.writeCardSpec() {
+		kinds = append([]string{a.cfg.CardSpec.Kind}, kinds...)
+		if !slices.Contains(nodeDirs, a.cfg.CDISpecDir) {
+			nodeDirs = append(slices.Clone(nodeDirs), a.cfg.CDISpecDir)
+		}
+	}
+	return enforce.NewCDISpecs(a.cfg.CDISpecDir, nodeDirs, kinds...)
 }
 
 // writeCardSpec writes the agent's per-card CDI spec (agent/cardspec) and
@@ -121,11 +129,16 @@ func (a *agent) knownPods(nodePods cachedPods) (map[string]bool, error) {
 // until it has thawed every offline pod it froze, and writes the last
 // annotations.
 func (a *agent) startPriority(ctx context.Context, nodeCfg *nodeconfig.Config, nodePods cachedPods) (stop func()) {
+	return a.startPriorityWith(ctx, nodeCfg, nodePods, a.store.List)
+}
+
+// startPriorityWith is startPriority reading the containers' grants from grants.
+func (a *agent) startPriorityWith(ctx context.Context, nodeCfg *nodeconfig.Config, nodePods cachedPods, grants func() ([]store.Grant, error)) (stop func()) {
 	if !a.cfg.PriorityController {
 		return func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	ctrl, marks, err := a.newPriority(nodeCfg, nodePods)
+	ctrl, marks, err := a.newPriority(nodeCfg, nodePods, grants)
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Priority controller off: online pods will not preempt offline ones")
 		return cancel
@@ -163,7 +176,7 @@ func (a *agent) startSidecars(ctx context.Context, nodePods cachedPods) {
 	}
 }
 
-func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*priority.Controller, *suspension.Writer, error) {
+func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods, grants func() ([]store.Grant, error)) (*priority.Controller, *suspension.Writer, error) {
 	freezer, err := cgroup.Detect(a.cfg.CgroupRoot)
 	if err != nil {
 		return nil, nil, err
@@ -188,7 +201,7 @@ func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*p
 	}
 	marks := suspension.New(a.cfg.Client)
 	ctrl, err := priority.New(priority.Config{
-		Poll: a.cfg.PriorityPoll, Idle: a.cfg.PriorityIdle, Grants: a.store.List,
+		Poll: a.cfg.PriorityPoll, Idle: a.cfg.PriorityIdle, Grants: grants,
 		Policy:  func() protocol.Policy { _, p, _ := nodeCfg.Current(); return p },
 		Devices: devices, Freezer: freezer, Procs: cgroup.Procs{Root: filepath.Clean(procRoot)},
 		Recorder: a.recorder, Observer: a.metrics.Priority, Reporter: marks,
@@ -201,6 +214,11 @@ func (a *agent) newPriority(nodeCfg *nodeconfig.Config, nodePods cachedPods) (*p
 // removes the region directories of gone pods (agent/hamicore) while ctx
 // runs; nothing without --hami-region-root.
 func (a *agent) startHAMiUpkeep(ctx context.Context, nodeCfg *nodeconfig.Config, nodePods cachedPods) {
+	a.startHAMiUpkeepWith(ctx, nodeCfg, nodePods, a.store.List)
+}
+
+// startHAMiUpkeepWith is startHAMiUpkeep reading the containers' grants from grants.
+func (a *agent) startHAMiUpkeepWith(ctx context.Context, nodeCfg *nodeconfig.Config, nodePods cachedPods, grants func() ([]store.Grant, error)) {
 	if a.cfg.HAMiRegionRoot == "" {
 		return
 	}
@@ -208,7 +226,7 @@ func (a *agent) startHAMiUpkeep(ctx context.Context, nodeCfg *nodeconfig.Config,
 	if procRoot == "" {
 		procRoot = "/proc"
 	}
-	k, err := hamicore.New(hamicore.Config{Root: a.cfg.HAMiRegionRoot, Grants: a.store.List, Pods: nodePods.Cached,
+	k, err := hamicore.New(hamicore.Config{Root: a.cfg.HAMiRegionRoot, Grants: grants, Pods: nodePods.Cached,
 		Policy:   func() protocol.Policy { _, p, _ := nodeCfg.Current(); return p },
 		ProcRoot: filepath.Clean(procRoot)})
 	if err != nil {

@@ -69,6 +69,14 @@ type Config struct {
 	Started func(metricsAddr net.Addr)
 	// Vocabularies are served on every node besides those its labels enable (vocabularies.go).
 	Vocabularies []string
+	// KubeletAPI is how the agent serves the kubelet: KubeletAPIDevicePlugins
+	// ("" too) or KubeletAPIDRA, a DRA kubelet plugin (dra.go, docs/dra.md),
+	// which registers no device plugin. The DRA mode's kubelet directories
+	// and the checkpoint of its prepared claims ("": checkpoint.json in the
+	// driver's directory under KubeletPluginsDir) follow.
+	KubeletAPI                            string
+	KubeletPluginsDir, KubeletRegistryDir string
+	DRACheckpoint                         string
 }
 
 // NodeState is what a Sidecar may read of the running agent.
@@ -106,5 +114,6 @@ func (c *Config) Validate() error {
 		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
 	}
 	errs = append(errs, validateVocabularies(c.Vocabularies)...)
+	errs = append(errs, c.validateDRA()...)
 	return errors.Join(errs...)
 }

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,25 +158,26 @@ func (c *CDISpecs) resolvable(name string) bool {
 // envs and mounts. It returns the device's qualified name.
 func (c *CDISpecs) Write(req Request, envs map[string]string, mounts []*pluginapi.Mount) (string, error) {
 	id := CDIDeviceName(req.PodUID, req.Container, req.Resource)
+	ann := map[string]string{"qgpu.io/pod": req.Namespace + "/" + req.Pod, "qgpu.io/container": req.Container}
+	name, err := c.WriteDevice(CDIVendor+"/"+CDIClass, id, ann, CDIEdits(envs, mounts))
+	if err != nil {
+		return "", fmt.Errorf("container %s/%s/%s: %w", req.Namespace, req.Pod, req.Container, err)
+	}
+	return name, nil
+}
+
+// WriteDevice writes a transient spec of kind holding the one device id
+// with edits into the agent's spec directory (validated, through a
+// temporary file and a rename, with the lowest CDI version its content
+// needs), and returns the device's qualified name.
+func (c *CDISpecs) WriteDevice(kind, id string, annotations map[string]string, edits cdispec.ContainerEdits) (string, error) {
+	vendor, class := parser.ParseQualifier(kind)
 	if err := parser.ValidateDeviceName(id); err != nil {
-		return "", fmt.Errorf("container %s/%s/%s: CDI device name: %w", req.Namespace, req.Pod, req.Container, err)
-	}
-	edits := cdispec.ContainerEdits{}
-	for k, v := range envs {
-		edits.Env = append(edits.Env, k+"="+v)
-	}
-	sort.Strings(edits.Env)
-	for _, m := range mounts {
-		opt := "rw"
-		if m.ReadOnly {
-			opt = "ro"
-		}
-		edits.Mounts = append(edits.Mounts, &cdispec.Mount{HostPath: m.HostPath, ContainerPath: m.ContainerPath,
-			Type: "bind", Options: []string{"rbind", opt, "nosuid", "nodev"}})
+		return "", fmt.Errorf("CDI device name: %w", err)
 	}
 	spec := &cdispec.Spec{
-		Kind:        CDIVendor + "/" + CDIClass,
-		Annotations: map[string]string{"qgpu.io/pod": req.Namespace + "/" + req.Pod, "qgpu.io/container": req.Container},
+		Kind:        kind,
+		Annotations: annotations,
 		Devices:     []cdispec.Device{{Name: id, ContainerEdits: edits}},
 	}
 	version, err := cdi.MinimumRequiredVersion(spec)
@@ -187,10 +187,31 @@ func (c *CDISpecs) Write(req Request, envs map[string]string, mounts []*pluginap
 	spec.Version = version
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.own.WriteSpec(spec, cdiSpecName(id)); err != nil {
-		return "", fmt.Errorf("container %s/%s/%s: writing its CDI spec: %w", req.Namespace, req.Pod, req.Container, err)
+	if err := c.own.WriteSpec(spec, transientSpecName(vendor, class, id)); err != nil {
+		return "", fmt.Errorf("writing its CDI spec: %w", err)
 	}
-	return parser.QualifiedName(CDIVendor, CDIClass, id), nil
+	return parser.QualifiedName(vendor, class, id), nil
+}
+
+// RemoveDevice removes the spec WriteDevice wrote for kind and id; one
+// that is not there is no error.
+func (c *CDISpecs) RemoveDevice(kind, id string) error {
+	vendor, class := parser.ParseQualifier(kind)
+	path := filepath.Join(c.dir, transientSpecName(vendor, class, id))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("removing CDI spec %s: %w", path, err)
+	}
+	return nil
+}
+
+// HasDevice reports whether the spec WriteDevice writes for kind and id is
+// in the agent's spec directory.
+func (c *CDISpecs) HasDevice(kind, id string) bool {
+	vendor, class := parser.ParseQualifier(kind)
+	fi, err := os.Stat(filepath.Join(c.dir, transientSpecName(vendor, class, id)))
+	return err == nil && fi.Mode().IsRegular()
 }
 
 // CDIDeviceName is the agent's device of one (container, resource):
@@ -211,8 +232,8 @@ func cdiAnnotations(req Request, names []string) (map[string]string, error) {
 	return ann, nil
 }
 
-func cdiSpecName(id string) string {
-	return cdi.GenerateTransientSpecName(CDIVendor, CDIClass, id) + ".yaml"
+func transientSpecName(vendor, class, id string) string {
+	return cdi.GenerateTransientSpecName(vendor, class, id) + ".yaml"
 }
 
 // specPrefix starts the file name of every spec the agent writes.

@@ -40,7 +40,29 @@ type Probes struct {
 	plugins atomic.Pointer[deviceplugin.Manager]
 	// published is the inventory annotation the agent last wrote.
 	published atomic.Pointer[string]
+	// draMode: the agent runs as a DRA kubelet plugin (agent/dra), whose
+	// checks replace those of the device plugins and the inventory.
+	draMode bool
+	dra     atomic.Pointer[DRA]
 }
+
+// DRA is what readiness asks of the agent's DRA kubelet plugin.
+type DRA interface {
+	// Registered is nil once the kubelet registered the plugin.
+	Registered() error
+	// SliceIntact is nil while the node's ResourceSlice reads back with
+	// its consumable-capacity fields.
+	SliceIntact() error
+}
+
+// NewDRAProbes returns the checks of an agent in DRA mode with st; until
+// DRAStarted, the plugin counts as waiting for the API server.
+func NewDRAProbes(st *store.Store) *Probes {
+	return &Probes{store: st, draMode: true}
+}
+
+// DRAStarted records the DRA kubelet plugin once the agent runs it.
+func (p *Probes) DRAStarted(d DRA) { p.dra.Store(&d) }
 
 // NewProbes returns the checks of an agent with st and tracker; until
 // PluginsStarted, the plugins count as waiting for the API server.
@@ -54,6 +76,15 @@ func (p *Probes) PluginsStarted(m *deviceplugin.Manager) { p.plugins.Store(m) }
 // Handlers are the HTTP handlers of /livez, /healthz and /readyz.
 func (p *Probes) Handlers() map[string]http.Handler {
 	st := WithTimeout(Check{Name: "store", Run: p.store.Check}, storeCheckTimeout)
+	if p.draMode {
+		// Liveness asks nothing of the kubelet or the API server: neither
+		// is fixed by restarting the agent.
+		live := Handler("livez", st)
+		ready := Handler("readyz", st,
+			Check{Name: "kubelet-plugin", Run: p.draCheck(DRA.Registered)},
+			Check{Name: "resourceslice", Run: p.draCheck(DRA.SliceIntact)})
+		return map[string]http.Handler{"/livez": live, "/healthz": live, "/readyz": ready}
+	}
 	live := Handler("livez", st, Check{Name: "device-plugins", Run: p.registrationNotStalled})
 	ready := Handler("readyz", st,
 		Check{Name: "device-plugins", Run: p.pluginsRegistered},
@@ -66,6 +97,16 @@ func (p *Probes) Handlers() map[string]http.Handler {
 func (p *Probes) Published(inv *protocol.Inventory) {
 	if v, err := inv.Encode(); err == nil {
 		p.published.Store(&v)
+	}
+}
+
+func (p *Probes) draCheck(check func(DRA) error) func() error {
+	return func() error {
+		d := p.dra.Load()
+		if d == nil {
+			return errors.New("DRA kubelet plugin not started (waiting for the Node)")
+		}
+		return check(*d)
 	}
 }
 

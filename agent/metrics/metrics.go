@@ -29,6 +29,7 @@ type Metrics struct {
 	allocations *prometheus.CounterVec
 	// Priority is the online/offline controller's part.
 	Priority *Priority
+	dra      dra
 }
 
 // New returns the metrics, registered in a fresh registry with the Go and process collectors.

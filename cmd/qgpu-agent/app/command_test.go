@@ -147,6 +147,10 @@ func TestManifestArgsParse(t *testing.T) {
 			"--metrics-addr-file=/tmp/r/metrics-addr"},
 		"integration": {"--kubeconfig=/tmp/k", "--fake-cards=2xT4", "--dbfile=/tmp/q/meta.db",
 			"--pod-resources-socket=/tmp/kubelet/pod-resources/kubelet.sock", "--metrics-addr=127.0.0.1:0", "--reconcile-interval=1s", "-v=2"},
+		// test/integration/dra_test.go and manifests/overlays/dra.
+		"dra": {"--kubeconfig=/tmp/k", "--node-name=n", "--kubelet-api=dra", "--fake-cards=2xT4", "--dbfile=/tmp/q/meta.db",
+			"--kubelet-plugins-dir=/tmp/q/plugins", "--kubelet-registry-dir=/tmp/q/registry", "--cdi-spec-dir=/tmp/q/cdi",
+			"--cdi-node-spec-dirs=/tmp/q/cdi", "--cdi-card-kind=", "--pod-resources-socket=", "--priority-controller=false", "--metrics-addr=127.0.0.1:0", "-v=4"},
 		"chaos":    {"--reconcile-interval=1s", "--health-interval=300ms", "--fake-health-file=/tmp/health"},
 		"e2e-node": {"--dbfile=/var/lib/qgpu/meta.db", "--backend=env", "--fake-cards=2xT4", "--device-root=/tmp/e2e-dev"},
 	}

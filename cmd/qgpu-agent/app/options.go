@@ -14,8 +14,10 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/agent"
 	"github.com/qgpu-scheduler/qgpu/agent/cardspec"
+	"github.com/qgpu-scheduler/qgpu/agent/dra"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
 // options is the agent's command line: agent.Config plus what only the
@@ -79,6 +81,10 @@ func (o *options) addNodeFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.metricsAddrFile, "metrics-addr-file", "", "write the metrics address the agent bound (host:port) to this file once it runs")
 	fs.DurationVar(&o.HealthInterval, "health-interval", 5*time.Second, "how often card health is queried")
 	fs.DurationVar(&o.ReconcileInterval, "reconcile-interval", 30*time.Second, "how often grants are reconciled")
+	fs.StringVar(&o.KubeletAPI, "kubelet-api", agent.KubeletAPIDevicePlugins, fmt.Sprintf("how the agent serves the kubelet: %s (device plugins for qgpu-memory, qgpu-core, qgpu-core-greedy) or %s (a DRA kubelet plugin for driver %s with consumable capacity, no device plugins; docs/dra.md)", agent.KubeletAPIDevicePlugins, agent.KubeletAPIDRA, protocol.DRADriver))
+	fs.StringVar(&o.KubeletPluginsDir, "kubelet-plugins-dir", dra.DefaultPluginsDir, "the kubelet's plugins directory: the DRA plugin's socket and checkpoint go in its "+protocol.DRADriver+" directory (--kubelet-api=dra)")
+	fs.StringVar(&o.KubeletRegistryDir, "kubelet-registry-dir", dra.DefaultRegistryDir, "the kubelet's plugin registration directory (--kubelet-api=dra)")
+	fs.StringVar(&o.DRACheckpoint, "dra-checkpoint", "", `the file of the claims the DRA plugin prepared ("": checkpoint.json in its directory under --kubelet-plugins-dir; --kubelet-api=dra)`)
 	fs.StringSliceVar(&o.Vocabularies, "vocabularies", nil, "other systems' pod vocabularies to serve (vcuda, t9k, hami), besides those the node's vocabulary.qgpu.io/<name>=enable labels name at start (docs/vocabularies.md)")
 }
 

@@ -1,0 +1,153 @@
+package agent
+
+// The DRA mode (--kubelet-api=dra, docs/dra.md): the agent serves the
+// kubelet as a DRA kubelet plugin (agent/dra) instead of device plugins,
+// and prepares claims with the node's enforcement backend.
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+
+	"k8s.io/klog/v2"
+
+	"github.com/qgpu-scheduler/qgpu/agent/dra"
+	"github.com/qgpu-scheduler/qgpu/agent/inventory"
+	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/agent/pods"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
+)
+
+// How the agent serves the kubelet (--kubelet-api).
+const (
+	KubeletAPIDevicePlugins = "device-plugins"
+	KubeletAPIDRA           = "dra"
+)
+
+// draMode reports whether the agent runs as a DRA kubelet plugin.
+func (c *Config) draMode() bool { return c.KubeletAPI == KubeletAPIDRA }
+
+// validateDRA checks the DRA mode's flags.
+func (c *Config) validateDRA() []error {
+	switch c.KubeletAPI {
+	case "", KubeletAPIDevicePlugins:
+		return nil
+	case KubeletAPIDRA:
+	default:
+		return []error{fmt.Errorf("--kubelet-api %q: must be %s or %s", c.KubeletAPI, KubeletAPIDevicePlugins, KubeletAPIDRA)}
+	}
+	var errs []error
+	for _, f := range []struct{ flag, v string }{
+		{"--kubelet-plugins-dir", c.KubeletPluginsDir}, {"--kubelet-registry-dir", c.KubeletRegistryDir}, {"--cdi-spec-dir", c.CDISpecDir},
+	} {
+		if !filepath.IsAbs(f.v) {
+			errs = append(errs, fmt.Errorf("%s %q: must be an absolute path (--kubelet-api=dra)", f.flag, f.v))
+		}
+	}
+	return errs
+}
+
+// checkpointPath is --dra-checkpoint, else the driver's directory's.
+func (c *Config) checkpointPath() string {
+	if c.DRACheckpoint != "" {
+		return c.DRACheckpoint
+	}
+	return filepath.Join(dra.DriverDir(c.KubeletPluginsDir), dra.DefaultCheckpointName)
+}
+
+// runDRA is run for the DRA mode: the Node's inventory published,
+// the pods informer, the node's backend answering undelivered (the claims'
+// CDI specs deliver it), the kubelet plugin and its read-back, and beside
+// the pods the priority controller and HAMi-core upkeep, which learn the
+// claims' containers from the prepared claims.
+func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net.Addr) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The scheduler's ledger counts the claimed slices on the inventory; the
+	// node offers no qGPU extended resource (no device plugin), so pods of
+	// the device-plugin path do not fit here (docs/dra.md).
+	a.publisher = inventory.NewPublisher(a.cfg.Client, a.cfg.NodeName, a.tracker, a.probes.Published)
+	if err := a.publisher.PublishWhenRegistered(ctx); err != nil {
+		return err
+	}
+	go a.publisher.Run(ctx)
+	recorder, stopEvents := newRecorder(a.cfg.Client, a.cfg.NodeName)
+	defer stopEvents()
+	a.recorder = recorder
+	reportSkipped(ctx, recorder, a.cfg.NodeName, driver.Skipped())
+	podSource := pods.New(a.cfg.Client, a.cfg.NodeName)
+	if err := podSource.Start(ctx); err != nil {
+		return err
+	}
+	specs, err := a.cdiSpecs()
+	if err != nil {
+		return err
+	}
+	nodeCfg, err := a.enforcement(ctx, nil)
+	if err != nil {
+		return err
+	}
+	fatal := make(chan error, 1)
+	claims, err := dra.NewDriver(a.cfg.NodeName, dra.DriverConfig{
+		Cards: a.tracker.Cards, Grantable: a.grantable(driver), Backend: nodeCfg.Current, CDI: specs,
+		Checkpoint: dra.Checkpoint{Path: a.cfg.checkpointPath()},
+		Fatal: func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	if err := claims.CleanupStale(ctx, a.cfg.Client); err != nil {
+		klog.FromContext(ctx).Error(err, "Cleaning up the prepared claims that no longer exist; the next start tries again")
+	}
+	plugin, err := dra.StartPlugin(ctx, dra.PluginConfig{Node: a.cfg.NodeName, Client: a.cfg.Client,
+		PluginsDir: a.cfg.KubeletPluginsDir, RegistryDir: a.cfg.KubeletRegistryDir, Cards: a.tracker.Cards,
+		Recorder: recorder, Metric: a.metrics.SetDRAConsumableCapacity}, claims)
+	if err != nil {
+		return fmt.Errorf("starting the DRA kubelet plugin: %w", err)
+	}
+	defer plugin.Stop()
+	a.probes.DRAStarted(plugin)
+	go plugin.Run(ctx)
+	a.tracker.Subscribe(func([]protocol.Card) { plugin.Publish(); a.publisher.Trigger(); a.refreshMetrics() })
+	go driver.WatchHealth(ctx, a.cfg.HealthInterval, a.onHealth(ctx))
+
+	// Beside the pods, with the claims' containers as grants.
+	a.startSidecars(ctx, podSource)
+	defer a.startPriorityWith(ctx, nodeCfg, podSource, func() ([]store.Grant, error) {
+		return a.withGrants(func() ([]store.Grant, error) {
+			list, err := podSource.Cached()
+			return dra.PodGrants(claims.Prepared(), list), err
+		})
+	})()
+	a.startHAMiUpkeepWith(ctx, nodeCfg, podSource, func() ([]store.Grant, error) {
+		return a.withGrants(func() ([]store.Grant, error) { return dra.ClaimGrants(claims.Prepared()), nil })
+	})
+	a.refreshMetrics()
+	klog.FromContext(ctx).Info("Serving the kubelet as DRA driver", "driver", protocol.DRADriver, "checkpoint", a.cfg.checkpointPath())
+	if a.cfg.Started != nil {
+		a.cfg.Started(metricsAddr)
+	}
+	select {
+	case <-ctx.Done():
+		klog.FromContext(ctx).Info("Shutting down")
+		return nil
+	case err := <-fatal:
+		return err
+	}
+}
+
+// withGrants is the store's grants and more's.
+func (a *agent) withGrants(more func() ([]store.Grant, error)) ([]store.Grant, error) {
+	grants, err := a.store.List()
+	if err != nil {
+		return nil, err
+	}
+	extra, err := more()
+	return append(grants, extra...), err
+}
