@@ -17,7 +17,9 @@ import (
 
 // TestManifestsDryRun sends every manifest to a real API server with
 // server-side dry run: the kustomized manifests/ (RBAC, ConfigMap,
-// Deployment, DaemonSet) and every file of manifests/examples, so schema,
+// Deployment, DaemonSet), the overlay of it with the
+// replace-default-scheduler component that docs/install.md gives, and
+// every file of manifests/examples, so schema,
 // defaulting and admission all check them, as `kubectl apply
 // --dry-run=server` does.
 func TestManifestsDryRun(t *testing.T) {
@@ -57,6 +59,15 @@ func TestManifestsDryRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("replace-default-scheduler overlay of docs/install.md", func(t *testing.T) {
+		objs, err := harness.ReadManifests(docsOverlay(t, repoRoot(t), "Replacing the stock scheduler", t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := harness.Apply(ctx, cp.Config, objs, true); err != nil {
+			t.Error(err)
+		}
+	})
 	t.Run("manifests/examples kustomization", func(t *testing.T) {
 		objs, err := harness.ReadManifests("manifests/examples")
 		if err != nil {

@@ -79,6 +79,40 @@ func TestRouteCPUPodsPolicy(t *testing.T) {
 			}
 		})
 	}
+	t.Run("taint set by the overlay of docs/install.md", func(t *testing.T) { checkRouteTaintPatched(t, cp, gpuTaint) })
+}
+
+// checkRouteTaintPatched applies the overlay docs/install.md gives for
+// another GPU taint (sku=gpu:NoSchedule): a CPU-only pod that tolerates it
+// goes to qgpu-scheduler, one that tolerates only nvidia.com/gpu no longer.
+func checkRouteTaintPatched(t *testing.T, cp *harness.ControlPlane, old corev1.Toleration) {
+	ctx := context.Background()
+	objs, err := harness.ReadManifests(docsOverlay(t, repoRoot(t), "CPU-only pods on GPU nodes", t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.Apply(ctx, cp.Config, objs, false); err != nil {
+		t.Fatalf("applying the overlay of docs/install.md: %v", err)
+	}
+	cases := routeCases(corev1.Toleration{Key: "sku", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule})
+	sku, nvidia := cases[0].pod, routeCases(old)[0].pod
+	scheduler := func(ctx context.Context, p *corev1.Pod) (string, error) {
+		got, err := cp.Client.CoreV1().Pods(p.Namespace).Create(ctx, p.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return "", err
+		}
+		return got.Spec.SchedulerName, nil
+	}
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		s, err := scheduler(ctx, sku)
+		return err == nil && s == protocol.SchedulerName, nil
+	})
+	if err != nil {
+		t.Fatalf("a pod tolerating sku=gpu:NoSchedule was never routed: %v", err)
+	}
+	if s, err := scheduler(ctx, nvidia); err != nil || s != corev1.DefaultSchedulerName {
+		t.Errorf("a pod tolerating only nvidia.com/gpu went to %q (err %v), want %s", s, err, corev1.DefaultSchedulerName)
+	}
 }
 
 type routeCase struct {
