@@ -121,6 +121,8 @@ func TestKustomizations(t *testing.T) {
 		shipped := checkConfigHashed(t, "manifests")
 		checkConfigOverlay(t, root, shipped)
 	})
+	t.Run("replace-default-scheduler overlay of docs/install.md", func(t *testing.T) { checkReplaceDefault(t, root) })
+	t.Run("route-cpu-pods overlay of docs/install.md", func(t *testing.T) { checkRouteTaintOverlay(t, root) })
 	t.Run("common labels", func(t *testing.T) {
 		for _, dir := range []string{"manifests", "manifests/overlays/colocation", "manifests/monitoring", "manifests/uninstall"} {
 			checkCommonLabels(t, dir)

@@ -17,7 +17,9 @@ import (
 
 // TestManifestsDryRun sends every manifest to a real API server with
 // server-side dry run: the kustomized manifests/ (RBAC, ConfigMap,
-// Deployment, DaemonSet) and every file of manifests/examples, so schema,
+// Deployment, DaemonSet), the overlay of it with the
+// replace-default-scheduler component that docs/install.md gives, and
+// every file of manifests/examples, so schema,
 // defaulting and admission all check them, as `kubectl apply
 // --dry-run=server` does.
 func TestManifestsDryRun(t *testing.T) {
@@ -57,6 +59,15 @@ func TestManifestsDryRun(t *testing.T) {
 			}
 		})
 	}
+	t.Run("replace-default-scheduler overlay of docs/install.md", func(t *testing.T) {
+		objs, err := harness.ReadManifests(docsOverlay(t, repoRoot(t), "Replacing the stock scheduler", t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := harness.Apply(ctx, cp.Config, objs, true); err != nil {
+			t.Error(err)
+		}
+	})
 	t.Run("manifests/examples kustomization", func(t *testing.T) {
 		objs, err := harness.ReadManifests("manifests/examples")
 		if err != nil {
@@ -71,18 +82,25 @@ func TestManifestsDryRun(t *testing.T) {
 	})
 }
 
-// TestManifestsConfigFresh fails when manifests/scheduler/config.yaml
-// is not what hack/gen-manifests.sh makes of config/qgpu-scheduler.yaml.
+// TestManifestsConfigFresh fails when a configuration the kustomizations
+// deploy is not what hack/gen-manifests.sh makes of its profile in config/.
 func TestManifestsConfigFresh(t *testing.T) {
 	root := repoRoot(t)
-	committed := filepath.Join(root, "manifests/scheduler/config.yaml")
-	want, err := os.ReadFile(committed)
-	if err != nil {
-		t.Fatal(err)
+	// What the script writes, from what it reads.
+	copies := map[string]string{
+		"manifests/scheduler/config.yaml":                          "config/qgpu-scheduler.yaml",
+		"manifests/overlays/replace-default-scheduler/config.yaml": "config/qgpu-scheduler-as-default.yaml",
 	}
 	// The script writes in place: run it on a copy of the inputs it reads.
 	tmp := t.TempDir()
-	for _, f := range []string{"hack/gen-manifests.sh", "config/qgpu-scheduler.yaml"} {
+	inputs := []string{"hack/gen-manifests.sh"}
+	for out, in := range copies {
+		inputs = append(inputs, in)
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(tmp, out)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range inputs {
 		b, err := os.ReadFile(filepath.Join(root, f))
 		if err != nil {
 			t.Fatal(err)
@@ -94,18 +112,21 @@ func TestManifestsConfigFresh(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := os.MkdirAll(filepath.Join(tmp, "manifests/scheduler"), 0o755); err != nil {
-		t.Fatal(err)
-	}
 	if out, err := exec.Command(filepath.Join(tmp, "hack/gen-manifests.sh")).CombinedOutput(); err != nil {
 		t.Fatalf("hack/gen-manifests.sh: %v\n%s", err, out)
 	}
-	got, err := os.ReadFile(filepath.Join(tmp, "manifests/scheduler/config.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("%s is stale: run hack/gen-manifests.sh (make manifests) and commit the result.\ngenerated:\n%s", committed, got)
+	for out := range copies {
+		want, err := os.ReadFile(filepath.Join(root, out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(tmp, out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(want, got) {
+			t.Errorf("%s is stale: run hack/gen-manifests.sh (make manifests) and commit the result.\ngenerated:\n%s", out, got)
+		}
 	}
 }
 

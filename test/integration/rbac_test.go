@@ -54,9 +54,15 @@ func TestSchedulerRBACMatchesProfiles(t *testing.T) {
 		if err := yaml.Unmarshal(b, &p); err != nil {
 			t.Fatalf("%s: %v", f, err)
 		}
-		if le := p.LeaderElection; le.ResourceNamespace != "qgpu-system" || le.ResourceName != "qgpu-scheduler" {
-			t.Errorf("%s: lease %s/%s, want qgpu-system/qgpu-scheduler (the only lease manifests/scheduler/rbac.yaml grants)",
-				filepath.Base(f), le.ResourceNamespace, le.ResourceName)
+		// The profile that replaces the stock scheduler takes its lease,
+		// which system:kube-scheduler grants; every other one qGPU's own.
+		lease := "qgpu-system/qgpu-scheduler"
+		if filepath.Base(f) == "qgpu-scheduler-as-default.yaml" {
+			lease = "kube-system/kube-scheduler"
+		}
+		if le := p.LeaderElection; le.ResourceNamespace+"/"+le.ResourceName != lease {
+			t.Errorf("%s: lease %s/%s, want %s (manifests/scheduler/rbac.yaml grants qgpu-system/qgpu-scheduler, system:kube-scheduler kube-scheduler)",
+				filepath.Base(f), le.ResourceNamespace, le.ResourceName, lease)
 		}
 		for _, prof := range p.Profiles {
 			enabled := func(point, name string) bool {

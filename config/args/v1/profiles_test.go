@@ -25,6 +25,8 @@ func TestProfilesLoad(t *testing.T) {
 		"qgpu-scheduler.yaml":        {NodePolicy: "fragfit", CardPolicy: "fragfit", VCUDAMemoryUnitMiB: 1},
 		"qgpu-scheduler-spread.yaml": {NodePolicy: "spread", CardPolicy: "spread", VCUDAMemoryUnitMiB: 1},
 		"qgpu-scheduler-gang.yaml":   {NodePolicy: "binpack", CardPolicy: "binpack", VCUDAMemoryUnitMiB: 1},
+		// Both its profiles, default-scheduler and qgpu-scheduler.
+		"qgpu-scheduler-as-default.yaml": {NodePolicy: "fragfit", CardPolicy: "fragfit", VCUDAMemoryUnitMiB: 1},
 	}
 	for file, want := range tests {
 		t.Run(file, func(t *testing.T) {
@@ -35,20 +37,22 @@ func TestProfilesLoad(t *testing.T) {
 			if err := validation.ValidateKubeSchedulerConfiguration(cfg); err != nil {
 				t.Fatalf("kube-scheduler rejects the profile: %v", err)
 			}
-			got := qgpuArgs(t, cfg)
-			if diff := cmp.Diff(want, *got); diff != "" {
-				t.Fatal(diff)
-			}
-			if errs := args.Validate(field.NewPath("args"), got); len(errs) > 0 {
-				t.Fatal(errs)
+			for i := range cfg.Profiles {
+				got := qgpuArgs(t, &cfg.Profiles[i])
+				if diff := cmp.Diff(want, *got); diff != "" {
+					t.Fatalf("profile %s: %s", cfg.Profiles[i].SchedulerName, diff)
+				}
+				if errs := args.Validate(field.NewPath("args"), got); len(errs) > 0 {
+					t.Fatal(errs)
+				}
 			}
 		})
 	}
 }
 
-func qgpuArgs(t *testing.T, cfg *schedconfig.KubeSchedulerConfiguration) *args.QGPUArgs {
+func qgpuArgs(t *testing.T, prof *schedconfig.KubeSchedulerProfile) *args.QGPUArgs {
 	t.Helper()
-	for _, pc := range cfg.Profiles[0].PluginConfig {
+	for _, pc := range prof.PluginConfig {
 		if pc.Name == "QGPU" {
 			a, ok := pc.Args.(*args.QGPUArgs)
 			if !ok {
@@ -77,7 +81,7 @@ func TestArgsDefaultsAndStrictness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(args.QGPUArgs{NodePolicy: "fragfit", CardPolicy: "fragfit", VCUDAMemoryUnitMiB: 1}, *qgpuArgs(t, cfg)); diff != "" {
+	if diff := cmp.Diff(args.QGPUArgs{NodePolicy: "fragfit", CardPolicy: "fragfit", VCUDAMemoryUnitMiB: 1}, *qgpuArgs(t, &cfg.Profiles[0])); diff != "" {
 		t.Fatal(diff)
 	}
 	_, err = options.LoadConfigFromFile(klog.Background(), write("typo.yaml", "      nodePolicyy: spread\n"))
