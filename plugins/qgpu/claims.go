@@ -10,12 +10,15 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -38,7 +41,47 @@ import (
 type claimAccess struct {
 	claims  resourcelisters.ResourceClaimLister
 	classes resourcelisters.DeviceClassLister
+	slices  resourcelisters.ResourceSliceLister
 }
+
+// servingNodes are the nodes whose agent serves qGPU claims: a
+// ResourceSlice of the driver, in the pool named after its node, that
+// offers devices. A node whose agent runs device plugins publishes none,
+// and one whose apiserver dropped the consumable-capacity fields withdrew
+// its devices (docs/dra.md#when-draconsumablecapacity-is-off).
+func (c *claimAccess) servingNodes() (sets.Set[string], error) {
+	all, err := c.slices.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := sets.New[string]()
+	for _, s := range all {
+		if s.Spec.Driver == protocol.DRADriver && s.Spec.NodeName != nil && s.Spec.Pool.Name == *s.Spec.NodeName && len(s.Spec.Devices) > 0 {
+			out.Insert(*s.Spec.NodeName)
+		}
+	}
+	return out, nil
+}
+
+// claimNodes narrows a claimed pod's cycle to the nodes that serve qGPU
+// claims; nil for a pod without claims or without the listers.
+func (p *QGPU) claimNodes(req *request.Request) (*framework.PreFilterResult, *fwk.Status) {
+	if p.claims == nil || p.claims.slices == nil || len(req.Claims) == 0 {
+		return nil, nil
+	}
+	nodes, err := p.claims.servingNodes()
+	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if nodes.Len() == 0 {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNoClaimNode)
+	}
+	return &framework.PreFilterResult{NodeNames: nodes}, nil
+}
+
+// ReasonNoClaimNode: no node serves qGPU claims.
+const ReasonNoClaimNode = "no node serves qGPU claims: none has a ResourceSlice of driver " + protocol.DRADriver +
+	" with devices (run its agent with --kubelet-api=dra, and kube-apiserver with DRAConsumableCapacity; docs/dra.md)"
 
 func (c *claimAccess) get(namespace, name string) (*resourceapi.ResourceClaim, error) {
 	return c.claims.ResourceClaims(namespace).Get(name)

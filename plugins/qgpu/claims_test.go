@@ -51,6 +51,41 @@ func draWorld(t *testing.T, claims ...*resourceapi.ResourceClaim) *QGPU {
 	return p
 }
 
+// servedBy gives the plugin a ResourceSlice lister holding, per node, a pool
+// of the driver with devices devices.
+func (p *QGPU) servedBy(t *testing.T, devices map[string]int) {
+	t.Helper()
+	idx := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for node, n := range devices {
+		s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-qgpu"}, Spec: resourceapi.ResourceSliceSpec{
+			Driver: protocol.DRADriver, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+		for i := range n {
+			s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: protocol.DRADeviceName(i)})
+		}
+		if err := idx.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.claims.slices = resourcelisters.NewResourceSliceLister(idx)
+}
+
+// TestClaimsGoToServingNodes: a claimed pod's cycle is narrowed to the
+// nodes whose agent serves claims (a pool of the driver with devices); a
+// node that withdrew its devices, or publishes none, is left out, and with
+// none left the pod is refused with the reason.
+func TestClaimsGoToServingNodes(t *testing.T) {
+	p := draWorld(t, draClaim("e1", protocol.ClassGeneral, "1Gi", "10"))
+	p.servedBy(t, map[string]int{"dra-1": 2, "withdrawn": 0})
+	res, st := p.PreFilter(context.Background(), framework.NewCycleState(), draPod("p", "e1"), nil)
+	if !st.IsSuccess() || res == nil || res.NodeNames.UnsortedList()[0] != "dra-1" || res.NodeNames.Len() != 1 {
+		t.Fatalf("PreFilter: %+v %v, want the nodes {dra-1}", res, st)
+	}
+	p.servedBy(t, map[string]int{"withdrawn": 0})
+	if _, st := p.PreFilter(context.Background(), framework.NewCycleState(), draPod("p", "e1"), nil); st.Code() != fwk.UnschedulableAndUnresolvable || st.Message() != ReasonNoClaimNode {
+		t.Fatalf("no serving node: %v", st)
+	}
+}
+
 func draClaim(name string, c protocol.Class, memory, cores string) *resourceapi.ResourceClaim {
 	caps := map[resourceapi.QualifiedName]resource.Quantity{protocol.DRACapacityMemory: resource.MustParse(memory)}
 	if cores != "" {

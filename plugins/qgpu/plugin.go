@@ -105,8 +105,9 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 	p.use(ctx, s)
 	p.live = true
 	resources := h.SharedInformerFactory().Resource().V1()
-	p.claims = &claimAccess{claims: resources.ResourceClaims().Lister(), classes: resources.DeviceClasses().Lister()}
-	p.synced = append(p.synced[:len(p.synced):len(p.synced)], resources.ResourceClaims().Informer().HasSynced, resources.DeviceClasses().Informer().HasSynced)
+	p.claims = &claimAccess{claims: resources.ResourceClaims().Lister(), classes: resources.DeviceClasses().Lister(), slices: resources.ResourceSlices().Lister()}
+	p.synced = append(p.synced[:len(p.synced):len(p.synced)], resources.ResourceClaims().Informer().HasSynced,
+		resources.DeviceClasses().Informer().HasSynced, resources.ResourceSlices().Informer().HasSynced)
 	return p, nil
 }
 

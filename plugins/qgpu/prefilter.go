@@ -56,6 +56,9 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	}
 	s.fit, s.ownsFit = takeOverFit(cs)
 	cs.Write(stateKey, s)
+	if len(req.Claims) > 0 {
+		return p.claimNodes(req)
+	}
 	return p.eligibleNodes(req, len(nodes)), nil
 }
 

@@ -70,6 +70,21 @@ func draPod(name, claim string) *corev1.Pod {
 	}
 }
 
+// publishSlice publishes node's pool of the driver with cards devices, as
+// its agent in DRA mode does (the scheduler offers claimed pods only nodes
+// that serve claims).
+func publishSlice(t *testing.T, cs kubernetes.Interface, node string, cards int) {
+	t.Helper()
+	s := &resourceapi.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-" + protocol.DRADriver}, Spec: resourceapi.ResourceSliceSpec{
+		Driver: protocol.DRADriver, NodeName: ptr.To(node), Pool: resourceapi.ResourcePool{Name: node, ResourceSliceCount: 1}}}
+	for i := range cards {
+		s.Spec.Devices = append(s.Spec.Devices, resourceapi.Device{Name: protocol.DRADeviceName(i)})
+	}
+	if _, err := cs.ResourceV1().ResourceSlices().Create(context.Background(), s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func createClaims(t *testing.T, cs kubernetes.Interface, claims ...*resourceapi.ResourceClaim) {
 	t.Helper()
 	for _, c := range claims {
@@ -85,7 +100,8 @@ func createClaims(t *testing.T, cs kubernetes.Interface, claims ...*resourceapi.
 // 2×T4 node, each claim's stored allocation names the card the assignment
 // names with the consumed capacity; an online and an offline claim share a
 // card of the mixed node while no general claim joins them; a claim that
-// fits no card stays Pending with the reason; kubectl qgpu's view counts
+// fits no card stays Pending with the reason, although a node whose agent
+// runs device plugins (no ResourceSlice) has room; kubectl qgpu's view counts
 // the claimed slices and the checker finds nothing wrong.
 func TestDRAClaimsPlacedByQGPU(t *testing.T) {
 	cp := draControlPlane(t, func(kind string) bool { return kind == "DeviceClass" })
@@ -94,7 +110,11 @@ func TestDRAClaimsPlacedByQGPU(t *testing.T) {
 	createNodes(t, cs,
 		builders.GPUNode("t4", false, builders.Cards(2, "Tesla-T4", t4MiB)),
 		builders.GPUNode("mixed", true, builders.Cards(1, "Tesla-V100-SXM2-32GB", v100MiB)),
+		// Device plugins only: it publishes no ResourceSlice, and no claimed pod goes there.
+		builders.GPUNode("plugins", false, builders.Cards(2, "Tesla-V100-SXM2-32GB", v100MiB)),
 	)
+	publishSlice(t, cs, "t4", 2)
+	publishSlice(t, cs, "mixed", 1)
 	general := []string{"g1", "g2", "g3"}
 	for _, n := range general {
 		createClaims(t, cs, draClaim(n, protocol.ClassGeneral, 4, 30))
@@ -128,7 +148,7 @@ func TestDRAClaimsPlacedByQGPU(t *testing.T) {
 	// 15 GiB fits no T4 card beside the others: it waits with the reason.
 	createClaims(t, cs, draClaim("big", protocol.ClassGeneral, 15, 10))
 	createPods(t, cs, draPod("pod-big", "big"))
-	if msg := waitFailedScheduling(t, cs, "default", "pod-big"); !strings.Contains(msg, "0/2 nodes are available") {
+	if msg := waitFailedScheduling(t, cs, "default", "pod-big"); !strings.Contains(msg, "0/3 nodes are available") {
 		t.Errorf("pod-big: FailedScheduling %q", msg)
 	}
 	if c := allocatedClaimOrNil(t, cs, "big"); c.Status.Allocation != nil {
