@@ -31,7 +31,7 @@ const FeatureGate = "DRAConsumableCapacity"
 // ErrCapacityDropped: the API server stored the node's devices without
 // allowMultipleAllocations or a capacity's requestPolicy.
 var ErrCapacityDropped = errors.New("the API server dropped the consumable-capacity fields of the node's ResourceSlice (" +
-	"enable the " + FeatureGate + " feature gate on kube-apiserver and kube-scheduler, then restart the agent; its devices are withdrawn; docs/dra.md)")
+	"enable the " + FeatureGate + " feature gate on kube-apiserver, then restart the agent; its devices are withdrawn; docs/dra.md)")
 
 // errNotReadBack: the published devices are not in the API server yet.
 var errNotReadBack = errors.New("the node's ResourceSlice has not been read back from the API server yet")

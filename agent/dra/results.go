@@ -12,10 +12,11 @@ import (
 )
 
 // ErrCapacityNotConsumed: an allocation result of this driver carries no
-// consumedCapacity. The scheduler fills it only where the API server and
-// kube-scheduler have the DRAConsumableCapacity feature gate on; without it
-// the claim would hold the whole card while the agent hands it a slice.
-var ErrCapacityNotConsumed = errors.New("allocation result has no consumedCapacity (is the DRAConsumableCapacity feature gate on in kube-apiserver and kube-scheduler? docs/dra.md)")
+// consumedCapacity. The API server keeps it only with the
+// DRAConsumableCapacity feature gate on (qgpu-scheduler, which writes it,
+// then refuses to bind: docs/dra.md); without it the claim would hold the
+// whole card while the agent hands it a slice.
+var ErrCapacityNotConsumed = errors.New("allocation result has no consumedCapacity (is the DRAConsumableCapacity feature gate on in kube-apiserver? docs/dra.md)")
 
 // Request is one request of a claim as the agent prepares it: the class
 // from its DeviceClass, and one slice per card the scheduler allocated to
