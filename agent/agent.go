@@ -65,9 +65,6 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
-	if cfg.draMode() {
-		return a.runDRA(ctx, driver, metricsAddr)
-	}
 	a.publisher = inventory.NewPublisher(cfg.Client, cfg.NodeName, tracker, a.probes.Published)
 	if err := a.publisher.PublishWhenRegistered(ctx); err != nil {
 		return err
@@ -76,6 +73,9 @@ func Run(ctx context.Context, cfg Config) error {
 	defer stopEvents()
 	a.recorder = recorder
 	reportSkipped(ctx, recorder, cfg.NodeName, driver.Skipped())
+	if cfg.draMode() {
+		return a.runDRA(ctx, driver, metricsAddr)
+	}
 	return a.run(ctx, driver, metricsAddr)
 }
 

@@ -13,7 +13,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/dra"
-	"github.com/qgpu-scheduler/qgpu/agent/inventory"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
 	"github.com/qgpu-scheduler/qgpu/agent/pods"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
@@ -57,26 +56,17 @@ func (c *Config) checkpointPath() string {
 	return filepath.Join(dra.DriverDir(c.KubeletPluginsDir), dra.DefaultCheckpointName)
 }
 
-// runDRA is run for the DRA mode: the Node's inventory published,
-// the pods informer, the node's backend answering undelivered (the claims'
+// runDRA is run for the DRA mode, once the inventory is published (the
+// scheduler's ledger counts the claimed slices on it; the node offers no
+// qGPU extended resource, so pods of the device-plugin path do not fit
+// here: docs/dra.md): the pods informer, the node's backend answering undelivered (the claims'
 // CDI specs deliver it), the kubelet plugin and its read-back, and beside
 // the pods the priority controller and HAMi-core upkeep, which learn the
 // claims' containers from the prepared claims.
 func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net.Addr) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	// The scheduler's ledger counts the claimed slices on the inventory; the
-	// node offers no qGPU extended resource (no device plugin), so pods of
-	// the device-plugin path do not fit here (docs/dra.md).
-	a.publisher = inventory.NewPublisher(a.cfg.Client, a.cfg.NodeName, a.tracker, a.probes.Published)
-	if err := a.publisher.PublishWhenRegistered(ctx); err != nil {
-		return err
-	}
 	go a.publisher.Run(ctx)
-	recorder, stopEvents := newRecorder(a.cfg.Client, a.cfg.NodeName)
-	defer stopEvents()
-	a.recorder = recorder
-	reportSkipped(ctx, recorder, a.cfg.NodeName, driver.Skipped())
 	podSource := pods.New(a.cfg.Client, a.cfg.NodeName)
 	if err := podSource.Start(ctx); err != nil {
 		return err
@@ -107,7 +97,7 @@ func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net
 	}
 	plugin, err := dra.StartPlugin(ctx, dra.PluginConfig{Node: a.cfg.NodeName, Client: a.cfg.Client,
 		PluginsDir: a.cfg.KubeletPluginsDir, RegistryDir: a.cfg.KubeletRegistryDir, Cards: a.tracker.Cards,
-		Recorder: recorder, Metric: a.metrics.SetDRAConsumableCapacity}, claims)
+		Recorder: a.recorder, Metric: a.metrics.SetDRAConsumableCapacity}, claims)
 	if err != nil {
 		return fmt.Errorf("starting the DRA kubelet plugin: %w", err)
 	}
