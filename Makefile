@@ -24,7 +24,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
 # make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
 IMAGE_REPO ?= ghcr.io/qgpu-scheduler
 
-.PHONY: all build kustomize version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list
+.PHONY: all build kustomize version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean integration-skew playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list
 
 all: build
 
@@ -161,6 +161,23 @@ manifests:
 QGPU_TRACES ?= $(or $(TRACES),_output/traces)
 integration: build kustomize
 	QGPU_TRACES=$(abspath $(QGPU_TRACES)) KUSTOMIZE_BIN=$(abspath _output/bin/kustomize) $(GO) test -count=1 -timeout 30m ./test/integration/...
+
+# The integration suite against the kube-apiserver of the next minor, the
+# other one this build supports (docs/install.md#supported-versions): the
+# harness runs the binary pinned in hack/tools/kube-apiserver instead of the
+# in-process apiserver of go.mod's release. Not part of make test (CI time).
+# SKEW_TEST_FLAGS="-run TestX" to narrow.
+SKEW_KUBE_VERSION := $(shell awk '$$1 == "require" && $$2 == "k8s.io/kubernetes" {print $$3}' hack/tools/kube-apiserver/go.mod)
+SKEW_KUBE_MINOR := $(word 2,$(subst ., ,$(SKEW_KUBE_VERSION)))
+SKEW_APISERVER := _output/bin/kube-apiserver-$(SKEW_KUBE_VERSION)
+$(SKEW_APISERVER): hack/tools/kube-apiserver/go.mod
+	$(GO) -C hack/tools/kube-apiserver build -o $(abspath $@) \
+	  -ldflags "-X k8s.io/component-base/version.gitVersion=$(SKEW_KUBE_VERSION) -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$(SKEW_KUBE_MINOR)" \
+	  k8s.io/kubernetes/cmd/kube-apiserver
+integration-skew: build kustomize $(SKEW_APISERVER)
+	QGPU_KUBE_APISERVER_BIN=$(abspath $(SKEW_APISERVER)) QGPU_KUBE_APISERVER_VERSION=$(SKEW_KUBE_VERSION) \
+	QGPU_TRACES=$(abspath $(QGPU_TRACES)) KUSTOMIZE_BIN=$(abspath _output/bin/kustomize) \
+	  $(GO) test -count=1 -timeout 45m ./test/integration/... $(SKEW_TEST_FLAGS)
 
 # The kustomize CLI the README's deploy section runs (`kustomize edit set
 # image`), pinned in hack/tools/kustomize; TestREADMEDeploy runs it.

@@ -48,6 +48,13 @@ type Freezer struct {
 // Detect returns a Freezer for root: v2 when root/cgroup.controllers exists
 // (the unified hierarchy; its freezer is built into every non-root cgroup),
 // else v1 when root/freezer exists (v1 and hybrid systems).
+//
+// Not opencontainers/cgroups' IsCgroup2UnifiedMode (utils.go:34 of
+// v0.0.1): it statfs-es the fixed /sys/fs/cgroup once per process
+// (sync.Once), so it can follow neither the agent's --cgroup-root (the
+// host's mount seen from the agent's container) nor the scratch trees of
+// the tests, the simulated agent and the playground. On a real mount the
+// two agree: only a unified mount has cgroup.controllers at its root.
 func Detect(root string) (*Freezer, error) {
 	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
 		return &Freezer{Root: root, Version: V2}, nil
@@ -86,6 +93,17 @@ func (f *Freezer) PodDir(uid string) (string, error) {
 // Freeze stops every process of the cgroup dir (and its children). The
 // kernel completes the freeze asynchronously; Freeze returns once the
 // request is written.
+//
+// The writes are ours, not opencontainers/cgroups' freezers, which wait
+// for the kernel: v1's FreezerGroup.Set (fs/freezer.go:25) rewrites
+// FROZEN up to 1000 times until freezer.state reads FROZEN, thawing back
+// and failing if it stays FREEZING; v2's setFreezer (fs2/freezer.go:16)
+// polls cgroup.events every 10 ms for up to 10 s. The priority controller
+// freezes from its loop and must not stall there (it sees the state on its
+// next pass); where v1 stays FREEZING, Set thaws the cgroup and fails,
+// where this leaves the request standing for that pass to see. Their file access (cgroups.OpenFile, file.go:23) also refuses
+// files off cgroupfs unless the package-global TestMode is set, which the
+// simulated agent's scratch trees would need in a shipped code path.
 func (f *Freezer) Freeze(dir string) error { return f.write(dir, true) }
 
 // Thaw resumes the cgroup dir.

@@ -129,3 +129,53 @@ func FuzzPodUIDFromPath(f *testing.F) {
 		}
 	})
 }
+
+// TestFreezeDoesNotWait: Freeze writes the request and returns, on both
+// hierarchies, while the kernel has not finished (v2 cgroup.events still
+// "frozen 0", v1 freezer.state reading FREEZING); Frozen counts the
+// standing request. A waiting freezer (opencontainers/cgroups') would block
+// here until its timeout.
+func TestFreezeDoesNotWait(t *testing.T) {
+	for _, v := range []Version{V1, V2} {
+		t.Run(v.String(), func(t *testing.T) {
+			tree, err := NewFakeTree(t.TempDir(), v, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir, err := tree.AddPod("besteffort", uid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := Detect(tree.CgroupRoot)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v == V2 {
+				if err := os.WriteFile(filepath.Join(dir, "cgroup.events"), []byte("populated 1\nfrozen 0\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := f.Freeze(dir); err != nil {
+				t.Fatal(err)
+			}
+			file, want := "cgroup.freeze", "1"
+			if v == V1 {
+				file, want = "freezer.state", "FROZEN"
+			}
+			if b, _ := os.ReadFile(filepath.Join(dir, file)); string(b) != want {
+				t.Errorf("%s = %q, want %q", file, b, want)
+			}
+			if v == V1 { // the kernel is still freezing
+				if err := os.WriteFile(filepath.Join(dir, file), []byte("FREEZING\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if frozen, err := f.Frozen(dir); err != nil || !frozen {
+				t.Errorf("Frozen = %v, %v; want the standing request counted", frozen, err)
+			}
+			if got, err := f.FrozenUnder(filepath.Dir(dir)); err != nil || len(got) != 1 || got[0] != dir {
+				t.Errorf("FrozenUnder = %v, %v; want [%s]", got, err, dir)
+			}
+		})
+	}
+}

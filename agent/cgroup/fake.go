@@ -48,7 +48,11 @@ func (t *FakeTree) relPodDir(qos, uid string) string {
 	if qos != "" && qos != "burstable" && qos != "besteffort" {
 		panic(fmt.Sprintf("no layout for qos %q", qos))
 	}
-	return t.Kubelet.podPath(qos, uid, t.Systemd)
+	p, err := t.Kubelet.podPath(qos, uid, t.Systemd)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 func (t *FakeTree) hierarchy() string {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	cgroupsystemd "github.com/opencontainers/cgroups/systemd"
 	kubeletconfig "k8s.io/kubelet/config/v1beta1"
 	"sigs.k8s.io/yaml"
 )
@@ -39,6 +40,11 @@ func (k Kubelet) Validate() error {
 	}
 	if strings.Contains(k.CgroupRoot, "..") {
 		return fmt.Errorf("kubelet cgroup root %q: must not contain \"..\"", k.CgroupRoot)
+	}
+	if k.Driver == DriverSystemd {
+		if _, err := k.podPath("", "uid", true); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -98,20 +104,28 @@ func (k Kubelet) drivers() []bool { // systemd?
 // kubelet names it: cgroupfs joins the names ("kubepods/burstable/pod<uid>"),
 // systemd nests slices whose names repeat their parents'
 // ("kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid_>.slice").
-func (k Kubelet) podPath(qos, uid string, systemd bool) string {
+// The systemd form is the kubelet's CgroupName.ToSystemd
+// (k8s.io/kubernetes pkg/kubelet/cm/cgroup_manager_linux.go): every name
+// escaped ("-" to "_"), joined with "-", expanded by the ExpandSlice of
+// github.com/opencontainers/cgroups/systemd, which also refuses names
+// systemd would (an empty component: a root of "/a//b").
+func (k Kubelet) podPath(qos, uid string, systemd bool) (string, error) {
 	names := append(k.rootNames(), "kubepods")
 	if qos != "" {
 		names = append(names, qos)
 	}
+	names = append(names, "pod"+uid)
 	if !systemd {
-		return filepath.Join(append(names, "pod"+uid)...)
+		return filepath.Join(names...), nil
 	}
-	names = append(names, "pod"+strings.ReplaceAll(uid, "-", "_"))
-	var out []string
-	for i := range names {
-		out = append(out, strings.Join(names[:i+1], "-")+".slice")
+	for i, n := range names {
+		names[i] = strings.ReplaceAll(n, "-", "_")
 	}
-	return filepath.Join(out...)
+	p, err := cgroupsystemd.ExpandSlice(strings.Join(names, "-") + ".slice")
+	if err != nil {
+		return "", fmt.Errorf("kubelet cgroup root %q with the systemd driver: %w", k.CgroupRoot, err)
+	}
+	return strings.TrimPrefix(p, "/"), nil
 }
 
 // PodDirCandidates lists, relative to the hierarchy, where this kubelet
@@ -120,7 +134,11 @@ func (k Kubelet) PodDirCandidates(uid string) []string {
 	var out []string
 	for _, systemd := range k.drivers() {
 		for _, qos := range qosClasses {
-			out = append(out, k.podPath(qos, uid, systemd))
+			// A root systemd cannot name has no systemd candidates;
+			// Validate says why.
+			if p, err := k.podPath(qos, uid, systemd); err == nil {
+				out = append(out, p)
+			}
 		}
 	}
 	return out

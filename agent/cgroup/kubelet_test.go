@@ -24,10 +24,16 @@ func TestKubeletRoot(t *testing.T) {
 			"custom.slice/custom-kubepods.slice/custom-kubepods-burstable.slice/custom-kubepods-burstable-pod0b7e3c1a_5d2f_4c8e_9a1b_2c3d4e5f6a7b.slice"},
 		{"systemd nested slice", Kubelet{CgroupRoot: "/a.slice/a-b.slice"}, true, "",
 			"a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-pod0b7e3c1a_5d2f_4c8e_9a1b_2c3d4e5f6a7b.slice"},
+		// The kubelet escapes "-" in every name, not only the UID's
+		// (CgroupName.ToSystemd): a root name's dash is not a new slice level.
+		{"systemd root name with a dash", Kubelet{CgroupRoot: "/my-pods"}, true, "besteffort",
+			"my_pods.slice/my_pods-kubepods.slice/my_pods-kubepods-besteffort.slice/my_pods-kubepods-besteffort-pod0b7e3c1a_5d2f_4c8e_9a1b_2c3d4e5f6a7b.slice"},
+		{"cgroupfs root name with a dash", Kubelet{CgroupRoot: "/my-pods"}, false, "besteffort",
+			"my-pods/kubepods/besteffort/pod" + uid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.k.podPath(tc.qos, uid, tc.systemd); got != tc.want {
-				t.Errorf("podPath = %s, want %s", got, tc.want)
+			if got, err := tc.k.podPath(tc.qos, uid, tc.systemd); err != nil || got != tc.want {
+				t.Errorf("podPath = %s, %v; want %s", got, err, tc.want)
 			}
 			// End to end: a fake kubelet with that root, the freezer finds the pod.
 			tree, err := NewFakeTree(t.TempDir(), V2, tc.systemd)
@@ -136,5 +142,32 @@ func TestContainersAndKill(t *testing.T) {
 				t.Error("pod cgroup still there")
 			}
 		})
+	}
+}
+
+// TestKubeletValidate: a root systemd cannot name as a slice is refused for
+// the systemd driver, naming the root; the cgroupfs driver takes it, and
+// with both drivers tried only the cgroupfs candidates remain.
+func TestKubeletValidate(t *testing.T) {
+	for _, tc := range []struct {
+		k       Kubelet
+		wantErr string
+	}{
+		{Kubelet{CgroupRoot: "/a//b", Driver: DriverSystemd}, `kubelet cgroup root "/a//b" with the systemd driver: invalid slice name`},
+		{Kubelet{CgroupRoot: "/-.slice", Driver: DriverSystemd}, `kubelet cgroup root "/-.slice"`},
+		{Kubelet{CgroupRoot: "/a//b", Driver: DriverCgroupfs}, ""},
+		{Kubelet{CgroupRoot: "/a.slice/a-b.slice", Driver: DriverSystemd}, ""},
+		{Kubelet{CgroupRoot: "pods"}, `kubelet cgroup root "pods": must be absolute`},
+		{Kubelet{Driver: "upstart"}, `kubelet cgroup driver "upstart"`},
+	} {
+		err := tc.k.Validate()
+		if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("%+v: Validate = %v, want %q", tc.k, err, tc.wantErr)
+		}
+	}
+	got := Kubelet{CgroupRoot: "/a//b"}.PodDirCandidates(uid)
+	want := []string{"a/b/kubepods/pod" + uid, "a/b/kubepods/burstable/pod" + uid, "a/b/kubepods/besteffort/pod" + uid}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("candidates of an unnameable systemd root (-want +got):\n%s", diff)
 	}
 }

@@ -1,6 +1,12 @@
 // Package health answers the agent's liveness and readiness probes: a list
 // of named checks, each an error or nil, served as /livez and /readyz in the
 // format of the Kubernetes components' endpoints.
+//
+// Not k8s.io/apiserver/pkg/server/healthz, whose format this copies: its
+// handler answers a failed check with "[-]<name> failed: reason withheld"
+// (healthz.go:295 of v0.34.10) and sends the reason only to the log at
+// klog V(2) (healthz.go:311), so the probe's body (what kubectl describe
+// pod shows for a failed probe) would not say why. docs/agent-health.md.
 package health
 
 import (

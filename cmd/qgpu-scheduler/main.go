@@ -42,9 +42,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return cli.Run(cmd)
 }
 
-// wantsVersion answers --version ourselves: kube-scheduler's flag prints
-// "Kubernetes <component-base version>", which names the Kubernetes release
-// the binary is built from (also stamped, see the Makefile), not this project's.
+// wantsVersion answers --version ourselves: kube-scheduler's flag
+// (component-base's verflag) prints "Kubernetes <component-base version>"
+// (programName is the constant "Kubernetes", verflag.go:102 and :124 of
+// v0.34.10), which names the Kubernetes release the binary is built from
+// (also stamped, see the Makefile), not this project's.
 func wantsVersion(args []string) bool {
 	for _, a := range args {
 		switch a {

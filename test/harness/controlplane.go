@@ -53,6 +53,14 @@ type ControlPlaneOptions struct {
 	// test server always listens on a new free port) behind the same URL
 	// and serving certificate. For test/chaos.
 	Restartable bool
+	// APIServerBinary runs this kube-apiserver binary as a subprocess
+	// instead of the in-process test server, with the same etcd, flags and
+	// admission setup, and certificates and a ServiceAccount key of the
+	// harness's own (apiserverbin.go). Empty: $QGPU_KUBE_APISERVER_BIN, and
+	// if that is empty too, the in-process server of the k8s.io/kubernetes
+	// release in go.mod. make integration-skew sets the variable
+	// (docs/install.md#supported-versions).
+	APIServerBinary string
 }
 
 // ControlPlane is a running etcd plus kube-apiserver.
@@ -90,6 +98,9 @@ type ControlPlane struct {
 // only: the control plane runs until Stop.
 func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *ControlPlane, err error) {
 	setKlogVerbosity(opts.Verbosity)
+	if opts.APIServerBinary == "" {
+		opts.APIServerBinary = os.Getenv(APIServerBinEnv)
+	}
 	cp := &ControlPlane{Dir: opts.Dir, opts: opts}
 	if cp.Dir == "" {
 		if cp.Dir, err = os.MkdirTemp("", "qgpu-controlplane-"); err != nil {
@@ -122,10 +133,15 @@ func StartControlPlane(ctx context.Context, opts ControlPlaneOptions) (_ *Contro
 			return nil, err
 		}
 	}
+	if opts.APIServerBinary != "" {
+		if cp.servingCA, err = writeBinAPIServerFiles(path.Join(cp.Dir, "kube-apiserver")); err != nil {
+			return nil, err
+		}
+	}
 	if err := cp.startAPIServer(ctx, cp.flags); err != nil {
 		return nil, err
 	}
-	if cp.front != nil {
+	if cp.front != nil && opts.APIServerBinary == "" {
 		if err := cp.keepServingCert(); err != nil {
 			return nil, err
 		}
@@ -156,9 +172,18 @@ func apiserverFlags(opts ControlPlaneOptions, clientCAFile string) []string {
 	return append(flags, opts.ExtraFlags...)
 }
 
-// startAPIServer runs the test server in a goroutine of its own because its
-// Fatalf (through programTB) ends the calling goroutine.
+// startAPIServer starts the binary apiserver if there is one, else the
+// in-process test server.
 func (cp *ControlPlane) startAPIServer(ctx context.Context, flags []string) error {
+	if cp.opts.APIServerBinary != "" {
+		return cp.startBinAPIServer(ctx, flags)
+	}
+	return cp.startTestServer(ctx, flags)
+}
+
+// startTestServer runs the test server in a goroutine of its own because its
+// Fatalf (through programTB) ends the calling goroutine.
+func (cp *ControlPlane) startTestServer(ctx context.Context, flags []string) error {
 	storage := cp.storage
 	cp.tb = newProgramTB("qgpu-harness", cp.Dir, cp.opts.Logf)
 	// A TContext of our own makes the test server skip ktesting.Init (which

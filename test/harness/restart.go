@@ -43,7 +43,8 @@ func (cp *ControlPlane) keepServingCert() error {
 // cut when it stops and new ones are refused while it is down, so watches
 // break and informers must relist, as after a real apiserver restart;
 // ServiceAccount tokens stay valid (the test server signs with a fixed
-// key). It returns once the new apiserver is ready, or with ctx's end.
+// key, a binary apiserver with the key in Dir). It returns once the new
+// apiserver is ready, or with ctx's end.
 func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration) error {
 	if cp.front == nil {
 		return errors.New("restarting the apiserver: the control plane was not started Restartable")
@@ -56,15 +57,22 @@ func (cp *ControlPlane) RestartAPIServer(ctx context.Context, down time.Duration
 		cp.teardown()
 		cp.teardown = nil
 	}
-	cp.tb.runCleanups()
+	if cp.tb != nil {
+		cp.tb.runCleanups()
+	}
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(down):
 	}
-	flags := append(append([]string{}, cp.flags...),
-		"--tls-cert-file="+filepath.Join(cp.Dir, servingCertName),
-		"--tls-private-key-file="+filepath.Join(cp.Dir, servingKeyName))
+	flags := cp.flags
+	if cp.opts.APIServerBinary == "" {
+		// A binary apiserver's certificate and keys are the harness's own
+		// files already (apiserverbin.go).
+		flags = append(append([]string{}, cp.flags...),
+			"--tls-cert-file="+filepath.Join(cp.Dir, servingCertName),
+			"--tls-private-key-file="+filepath.Join(cp.Dir, servingKeyName))
+	}
 	if err := cp.startAPIServer(ctx, flags); err != nil {
 		return fmt.Errorf("restarting the apiserver: %w", err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -143,4 +144,49 @@ func waitForLogCount(ctx context.Context, path, substr string, n int) error {
 		return fmt.Errorf("waiting for %d lines with %q in %s (have %d): %w", n, substr, path, got, err)
 	}
 	return nil
+}
+
+// TestBinaryAPIServer checks what make integration-skew relies on: with
+// $QGPU_KUBE_APISERVER_BIN the control plane is that binary, reporting the
+// release in $QGPU_KUBE_APISERVER_VERSION (so the suite cannot pass on the
+// in-process server by mistake), and a restart keeps its URL, serving
+// certificate and ServiceAccount signing key.
+func TestBinaryAPIServer(t *testing.T) {
+	if os.Getenv(harness.APIServerBinEnv) == "" {
+		t.Skipf("$%s is not set: the suite runs the in-process apiserver (make integration-skew sets it)", harness.APIServerBinEnv)
+	}
+	cp := harness.StartWith(t, harness.ControlPlaneOptions{RBAC: true, Restartable: true})
+	info, err := cp.Client.Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := os.Getenv("QGPU_KUBE_APISERVER_VERSION"); info.GitVersion != want {
+		t.Errorf("the apiserver reports %s, want $QGPU_KUBE_APISERVER_VERSION=%q", info.GitVersion, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tok, err := cp.ServiceAccountToken(ctx, "default", "probe", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := cp.URL
+	if err := cp.RestartAPIServer(ctx, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if cp.URL != url {
+		t.Errorf("URL after restart %s, want %s", cp.URL, url)
+	}
+	cs, err := kubernetes.NewForConfig(cp.ConfigForToken(tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The token of the first start authenticates after the restart: a
+	// 403 (RBAC grants the account nothing) is authenticated, a 401 is not.
+	_, err = cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
+	if err == nil || !apierrors.IsForbidden(err) {
+		t.Errorf("listing pods with the token after the restart: %v, want forbidden (authenticated, no RBAC grant)", err)
+	}
+	if _, err := cp.Client.CoreV1().Namespaces().Get(ctx, "default", metav1.GetOptions{}); err != nil {
+		t.Errorf("admin client after the restart: %v", err)
+	}
 }

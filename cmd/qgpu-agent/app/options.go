@@ -65,6 +65,9 @@ func (o *options) flagSets() cliflag.NamedFlagSets {
 	logsapi.AddFlags(o.logs, fss.FlagSet("logs"))
 	o.featureGate.AddFlag(fss.FlagSet("logs"))
 	global := fss.FlagSet("global")
+	// Not component-base's verflag: its --version prints a fixed
+	// "Kubernetes" and the component-base (Kubernetes) version
+	// (verflag.go:102 and :124 of v0.34.10), not "qgpu-agent <version>".
 	global.BoolVar(&o.version, "version", false, "print the version and exit")
 	globalflag.AddGlobalFlags(global, "qgpu-agent", logs.SkipLoggingConfigurationFlags())
 	return fss
