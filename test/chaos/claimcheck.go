@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/qgpu-scheduler/qgpu/internal/view"
+)
+
+// staleWait bounds how long checkClaimsReleased waits for the scheduler to
+// release claims left allocated for pods it did not bind: a pending pod's
+// next cycle releases them (docs/dra.md), and an unschedulable pod is
+// retried at least every few seconds while the churn's deletions requeue it.
+const staleWait = 60 * time.Second
+
+// staleClaim is a claim that qGPU allocated and that nothing bound holds:
+// its pod is gone, not bound, or bound without the claim reserved for it.
+type staleClaim struct {
+	claim *resourceapi.ResourceClaim
+	why   string
+}
+
+// staleClaims are the claims of the namespace whose qGPU allocation no
+// bound pod holds. A claim's pod is the pod whose spec names it.
+func staleClaims(pods []corev1.Pod, claims []resourceapi.ResourceClaim) []staleClaim {
+	byClaim := map[string]*corev1.Pod{}
+	for i := range pods {
+		for _, pc := range pods[i].Spec.ResourceClaims {
+			if pc.ResourceClaimName != nil {
+				byClaim[pods[i].Namespace+"/"+*pc.ResourceClaimName] = &pods[i]
+			}
+		}
+	}
+	var out []staleClaim
+	for i := range claims {
+		c := &claims[i]
+		if !qgpuAllocated(c) {
+			continue
+		}
+		p := byClaim[c.Namespace+"/"+c.Name]
+		switch {
+		case p == nil:
+			out = append(out, staleClaim{c, "its pod is gone"})
+		case p.Spec.NodeName == "":
+			out = append(out, staleClaim{c, fmt.Sprintf("its pod %s (uid %s) is not bound", p.Name, p.UID)})
+		case !slices.ContainsFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == p.UID }):
+			out = append(out, staleClaim{c, fmt.Sprintf("its pod %s (uid %s) is bound to %s but the claim is not reserved for it", p.Name, p.UID, p.Spec.NodeName)})
+		}
+	}
+	return out
+}
+
+// checkClaimsReleased waits up to staleWait for every claim that qGPU
+// allocated to be held by its bound pod; each claim still allocated for a
+// gone or unbound pod then is a violation (StaleClaim): an allocation the
+// scheduler wrote and never bound nor took back.
+func (e *env) checkClaimsReleased(ctx context.Context, when string) int {
+	var stale []staleClaim
+	start := time.Now()
+	for {
+		pods, err := e.cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			fmt.Printf("claims %s: listing pods: %v\n", when, err)
+			return 1
+		}
+		claims, err := e.cs.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			fmt.Printf("claims %s: listing claims: %v\n", when, err)
+			return 1
+		}
+		stale = staleClaims(pods.Items, claims.Items)
+		if len(stale) == 0 || time.Since(start) > staleWait || !sleepCtx(ctx, time.Second) {
+			fmt.Printf("claims %s: %d claims, %d allocated for no bound pod after %v\n", when, len(claims.Items), len(stale), time.Since(start).Round(100*time.Millisecond))
+			break
+		}
+	}
+	var v []view.Violation
+	for _, s := range stale {
+		v = append(v, view.Violation{Kind: "StaleClaim", Object: "ResourceClaim " + s.claim.Namespace + "/" + s.claim.Name,
+			Detail: fmt.Sprintf("allocated by qGPU (%s), but %s", allocationString(s.claim), s.why)})
+	}
+	return report("claims released "+when, v)
+}
+
+// claimViolations is kubectl qgpu check's comparison of the claimed pods
+// with their claims (view.CheckClaims).
+func (e *env) claimViolations(ctx context.Context, c *view.Cluster) ([]view.Violation, error) {
+	claims, err := e.cs.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing claims: %w", err)
+	}
+	return c.CheckClaims(claims.Items), nil
+}
+
+// printClaimCounts says how many claimed pods the run created and saw
+// bound, and how often a pod's cycle found its claim left allocated by a
+// cycle that never bound it (FailedScheduling events that say so); e.mu
+// is held.
+func (e *env) printClaimCounts(evs []corev1.Event) {
+	if !e.dra {
+		return
+	}
+	bound := 0
+	for uid := range e.claimed {
+		if e.bound[uid] {
+			bound++
+		}
+	}
+	stale := map[types.UID]bool{}
+	for _, ev := range evs {
+		if strings.Contains(ev.Message, "left it allocated for this pod") {
+			stale[ev.InvolvedObject.UID] = true
+		}
+	}
+	fmt.Printf("claimed pods (DRA) created %d scheduled %d; pods that found their claim left allocated by a dead cycle %d\n", len(e.claimed), bound, len(stale))
+}
