@@ -43,6 +43,7 @@ func (e *env) finish(ctx context.Context) int {
 	e.obs.settle(ctx, settleQuiet, settleLimit)
 	n := e.diagnoseUngranted(ctx)
 	e.printCounts(ctx)
+	e.printClaimCounts(ctx)
 	n += e.checkRefusals()
 	n += e.checkCluster(ctx, "after the faults")
 	n += e.checkClaimsReleased(ctx, "after the faults")
@@ -68,9 +69,7 @@ func (e *env) printCounts(ctx context.Context) {
 	sel := fields.Set{"reason": "FailedScheduling"}.String()
 	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	failed := map[types.UID]bool{}
-	var events []corev1.Event
 	if err == nil {
-		events = evs.Items
 		for _, ev := range evs.Items {
 			failed[ev.InvolvedObject.UID] = true
 		}
@@ -85,7 +84,6 @@ func (e *env) printCounts(ctx context.Context) {
 	}
 	fmt.Printf("pods created %d deleted %d scheduled %d rescheduled %d rejected %d failed-admission %d\n",
 		e.created, e.deleted, len(e.bound), resched, len(failed)-resched, len(e.refused))
-	e.printClaimCounts(events)
 	byMsg := map[string]int{}
 	for _, msg := range e.refused {
 		byMsg[admissionKind(msg)]++

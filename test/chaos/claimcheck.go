@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -101,24 +103,57 @@ func (e *env) claimViolations(ctx context.Context, c *view.Cluster) ([]view.Viol
 }
 
 // printClaimCounts says how many claimed pods the run created and saw
-// bound, and how often a pod's cycle found its claim left allocated by a
-// cycle that never bound it (FailedScheduling events that say so); e.mu
-// is held.
-func (e *env) printClaimCounts(evs []corev1.Event) {
+// bound, how many pods' cycles found their claim left allocated by a
+// cycle that never bound them (FailedScheduling events that say so), and
+// how many releases of claims the scheduler could not write.
+func (e *env) printClaimCounts(ctx context.Context) {
 	if !e.dra {
 		return
 	}
+	stale := map[types.UID]bool{}
+	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
+	if err == nil {
+		for _, ev := range evs.Items {
+			if strings.Contains(ev.Message, "left it allocated for this pod") {
+				stale[ev.InvolvedObject.UID] = true
+			}
+		}
+	}
+	released, releasedStale := e.schedulerLogLines(claimReleaseFailed), e.schedulerLogLines(staleReleaseFailed)
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	bound := 0
 	for uid := range e.claimed {
 		if e.bound[uid] {
 			bound++
 		}
 	}
-	stale := map[types.UID]bool{}
-	for _, ev := range evs {
-		if strings.Contains(ev.Message, "left it allocated for this pod") {
-			stale[ev.InvolvedObject.UID] = true
+	fmt.Printf("claimed pods (DRA) created %d scheduled %d; pods whose cycle found their claim left allocated by an earlier one %d; "+
+		"claim releases refused: after a failed binding %d, of an earlier cycle's allocation %d\n",
+		len(e.claimed), bound, len(stale), released, releasedStale)
+}
+
+// What the scheduler logs (at every verbosity) when it could not take a
+// claim's allocation back: after a failed binding (Unreserve), and of an
+// allocation an earlier cycle left for the pod (its next PreFilter).
+const (
+	claimReleaseFailed = "Releasing a qGPU claim after a failed binding"
+	staleReleaseFailed = "Releasing a qGPU claim a dead cycle left allocated"
+)
+
+// schedulerLogLines counts the lines of every scheduler log of the run
+// that contain s.
+func (e *env) schedulerLogLines(s string) int {
+	logs := map[string]bool{}
+	for _, sched := range e.schedulersEver() {
+		logs[sched.LogPath] = true
+	}
+	n := 0
+	for path := range logs {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			n += bytes.Count(b, []byte(s))
 		}
 	}
-	fmt.Printf("claimed pods (DRA) created %d scheduled %d; pods that found their claim left allocated by a dead cycle %d\n", len(e.claimed), bound, len(stale))
+	return n
 }

@@ -20,9 +20,14 @@ import (
 
 const schedulerUser = "system:serviceaccount:qgpu-system:qgpu-scheduler"
 
-// failPolicy rejects the scheduler's requests on resource for pods whose
-// name ends in one of two digits, while its binding exists.
+// failPolicy rejects the scheduler's requests on resource (of the core
+// group, or group/version/resource) for objects whose name ends in one of
+// two digits, while its binding exists.
 func failPolicy(name, resource string, op admv1.OperationType, digits string) *admv1.ValidatingAdmissionPolicy {
+	rule := admv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource}}
+	if gvr := strings.Split(resource, "/"); len(gvr) > 2 {
+		rule = admv1.Rule{APIGroups: gvr[:1], APIVersions: gvr[1:2], Resources: []string{strings.Join(gvr[2:], "/")}}
+	}
 	fail := admv1.Fail
 	return &admv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -30,7 +35,7 @@ func failPolicy(name, resource string, op admv1.OperationType, digits string) *a
 			FailurePolicy: &fail,
 			MatchConstraints: &admv1.MatchResources{ResourceRules: []admv1.NamedRuleWithOperations{{
 				RuleWithOperations: admv1.RuleWithOperations{Operations: []admv1.OperationType{op},
-					Rule: admv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource}}},
+					Rule: rule},
 			}}},
 			MatchConditions: []admv1.MatchCondition{{Name: "scheduler", Expression: fmt.Sprintf("request.userInfo.username == %q", schedulerUser)}},
 			Validations: []admv1.Validation{{
@@ -41,15 +46,23 @@ func failPolicy(name, resource string, op admv1.OperationType, digits string) *a
 	}
 }
 
-// runBindFailures makes PreBind's update (names ending 3, 7) and the
-// binding (5, 8) fail while toggled policies are bound, and patches labels
-// onto fresh pods to make PreBind's read-modify-write meet conflicts.
+// runBindFailures makes PreBind's update (names ending 3, 7), the
+// binding (5, 8) and the scheduler's writes of claim status (5, 8: the
+// allocation in PreBind and its release after a failed binding) fail while
+// toggled policies are bound, and patches labels onto fresh pods to make
+// PreBind's read-modify-write meet conflicts. A release refused leaves a
+// claim allocated for a pod that is not bound, for the pod's next cycle to
+// release (docs/dra.md).
 func runBindFailures(ctx context.Context, e *env) error {
 	adm := e.cs.AdmissionregistrationV1()
-	for _, p := range []*admv1.ValidatingAdmissionPolicy{
+	policies := []*admv1.ValidatingAdmissionPolicy{
 		failPolicy("chaos-fail-prebind", "pods", admv1.Update, "37"),
 		failPolicy("chaos-fail-bind", "pods/binding", admv1.Create, "58"),
-	} {
+		failPolicy("chaos-fail-claim", "resource.k8s.io/v1/resourceclaims/status", admv1.Update, "58"),
+	}
+	var names []string
+	for _, p := range policies {
+		names = append(names, p.Name)
 		if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -57,12 +70,12 @@ func runBindFailures(ctx context.Context, e *env) error {
 	fctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	toggles, patches := 0, 0
-	wg.Go(func() { toggles = e.toggleBindings(fctx, "chaos-fail-prebind", "chaos-fail-bind") })
+	wg.Go(func() { toggles = e.toggleBindings(fctx, names...) })
 	wg.Go(func() { patches = e.touchPods(fctx) })
 	_, err := e.churn(ctx, e.o.pods/4, 60, e.o.runTime/2, nil)
 	cancel()
 	wg.Wait()
-	for _, name := range []string{"chaos-fail-prebind", "chaos-fail-bind"} {
+	for _, name := range names {
 		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 	e.logf("fault bindings toggled %d times, %d label patches racing PreBind; faults off", toggles, patches)
@@ -80,13 +93,14 @@ func (e *env) countInjected(ctx context.Context) {
 	}
 	count := map[string]int32{}
 	for _, ev := range evs.Items {
-		for _, p := range []string{"chaos-fail-prebind", "chaos-fail-bind"} {
+		for _, p := range []string{"chaos-fail-prebind", "chaos-fail-bind", "chaos-fail-claim"} {
 			if strings.Contains(ev.Message, "chaos: "+p) {
 				count[p] += max(ev.Count, 1)
 			}
 		}
 	}
-	e.logf("attempts failed by injection (Unreserve ran): PreBind update %d, binding %d", count["chaos-fail-prebind"], count["chaos-fail-bind"])
+	e.logf("attempts failed by injection (Unreserve ran): PreBind update %d, binding %d, claim allocation %d; claim releases refused %d",
+		count["chaos-fail-prebind"], count["chaos-fail-bind"], count["chaos-fail-claim"], e.schedulerLogLines(claimReleaseFailed))
 }
 
 // toggleBindings binds and unbinds each policy at random, every 0.3-1 s.
