@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -119,7 +118,7 @@ func (e *env) printClaimCounts(ctx context.Context) {
 			}
 		}
 	}
-	released, releasedStale := e.schedulerLogLines(claimReleaseFailed), e.schedulerLogLines(staleReleaseFailed)
+	released, releasedStale := e.schedulerLogLines(releaseRefused(false)), e.schedulerLogLines(releaseRefused(true))
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	bound := 0
@@ -133,17 +132,24 @@ func (e *env) printClaimCounts(ctx context.Context) {
 		len(e.claimed), bound, len(stale), released, releasedStale)
 }
 
-// What the scheduler logs (at every verbosity) when it could not take a
-// claim's allocation back: after a failed binding (Unreserve), and of an
-// allocation an earlier cycle left for the pod (its next PreFilter).
-const (
-	claimReleaseFailed = "Releasing a qGPU claim after a failed binding"
-	staleReleaseFailed = "Releasing a qGPU claim a dead cycle left allocated"
-)
+// releaseRefused matches the scheduler's log lines (at every verbosity)
+// for a claim's allocation it could not take back: after a failed binding
+// (Unreserve; stale says: an allocation an earlier cycle left, in the
+// pod's next PreFilter). A claim being deleted, or gone, is no refusal:
+// whoever deletes it deallocates it.
+func releaseRefused(stale bool) func(string) bool {
+	what := "Releasing a qGPU claim after a failed binding"
+	if stale {
+		what = "Releasing a qGPU claim a dead cycle left allocated"
+	}
+	return func(l string) bool {
+		return strings.Contains(l, what) && !strings.Contains(l, "is being deleted") && !strings.Contains(l, "not found")
+	}
+}
 
-// schedulerLogLines counts the lines of every scheduler log of the run
-// that contain s.
-func (e *env) schedulerLogLines(s string) int {
+// schedulerLogLines counts the lines of the run's scheduler logs that
+// match.
+func (e *env) schedulerLogLines(match func(line string) bool) int {
 	logs := map[string]bool{}
 	for _, sched := range e.schedulersEver() {
 		logs[sched.LogPath] = true
@@ -151,8 +157,13 @@ func (e *env) schedulerLogLines(s string) int {
 	n := 0
 	for path := range logs {
 		b, err := os.ReadFile(path)
-		if err == nil {
-			n += bytes.Count(b, []byte(s))
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if match(l) {
+				n++
+			}
 		}
 	}
 	return n

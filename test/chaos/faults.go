@@ -29,7 +29,7 @@ func failPolicy(name, resource string, op admv1.OperationType, digits string) *a
 		rule = admv1.Rule{APIGroups: gvr[:1], APIVersions: gvr[1:2], Resources: []string{strings.Join(gvr[2:], "/")}}
 	}
 	fail := admv1.Fail
-	return &admv1.ValidatingAdmissionPolicy{
+	p := &admv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &fail,
@@ -44,21 +44,35 @@ func failPolicy(name, resource string, op admv1.OperationType, digits string) *a
 			}},
 		},
 	}
+	return p
+}
+
+// releases is true for a write of a claim's status that takes a qGPU
+// allocation back.
+const releases = "has(oldObject.status) && has(oldObject.status.allocation) && (!has(object.status) || !has(object.status.allocation))"
+
+// onlyWhen narrows a failPolicy to the requests for which the CEL
+// condition holds.
+func onlyWhen(p *admv1.ValidatingAdmissionPolicy, cond string) *admv1.ValidatingAdmissionPolicy {
+	v := &p.Spec.Validations[0]
+	v.Expression = fmt.Sprintf("!(%s) || %s", cond, v.Expression)
+	return p
 }
 
 // runBindFailures makes PreBind's update (names ending 3, 7), the
-// binding (5, 8) and the scheduler's writes of claim status (5, 8: the
-// allocation in PreBind and its release after a failed binding) fail while
-// toggled policies are bound, and patches labels onto fresh pods to make
-// PreBind's read-modify-write meet conflicts. A release refused leaves a
-// claim allocated for a pod that is not bound, for the pod's next cycle to
-// release (docs/dra.md).
+// binding (5, 8), and the scheduler's writes of claim status (3, 7: the
+// allocation in PreBind; 5, 8: releases, after a failed binding and in
+// the pod's next cycle) fail while toggled policies are bound, and
+// patches labels onto fresh pods to make PreBind's read-modify-write meet
+// conflicts. A release refused leaves a claim allocated for a pod that is
+// not bound, for the pod's next cycle to release (docs/dra.md).
 func runBindFailures(ctx context.Context, e *env) error {
 	adm := e.cs.AdmissionregistrationV1()
 	policies := []*admv1.ValidatingAdmissionPolicy{
 		failPolicy("chaos-fail-prebind", "pods", admv1.Update, "37"),
 		failPolicy("chaos-fail-bind", "pods/binding", admv1.Create, "58"),
-		failPolicy("chaos-fail-claim", "resource.k8s.io/v1/resourceclaims/status", admv1.Update, "58"),
+		failPolicy("chaos-fail-claim", "resource.k8s.io/v1/resourceclaims/status", admv1.Update, "37"),
+		onlyWhen(failPolicy("chaos-fail-release", "resource.k8s.io/v1/resourceclaims/status", admv1.Update, "58"), releases),
 	}
 	var names []string
 	for _, p := range policies {
@@ -85,7 +99,7 @@ func runBindFailures(ctx context.Context, e *env) error {
 }
 
 // countInjected prints how many scheduling attempts the fault policies
-// failed (each one ran Unreserve).
+// failed (each one ran Unreserve), and how many claim releases they refused.
 func (e *env) countInjected(ctx context.Context) {
 	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
 	if err != nil {
@@ -93,14 +107,20 @@ func (e *env) countInjected(ctx context.Context) {
 	}
 	count := map[string]int32{}
 	for _, ev := range evs.Items {
-		for _, p := range []string{"chaos-fail-prebind", "chaos-fail-bind", "chaos-fail-claim"} {
+		for _, p := range []string{"chaos-fail-prebind", "chaos-fail-bind"} {
 			if strings.Contains(ev.Message, "chaos: "+p) {
 				count[p] += max(ev.Count, 1)
 			}
 		}
 	}
+	// A claim's failure in PreBind is read from the scheduler's log: its
+	// FailedScheduling events did not keep the message.
+	claims := e.schedulerLogLines(func(l string) bool {
+		return strings.Contains(l, `"Plugin failed" err="allocating the qGPU claims`) && strings.Contains(l, "chaos: chaos-fail-claim")
+	})
+	releases := e.schedulerLogLines(func(l string) bool { return strings.Contains(l, "chaos: chaos-fail-release") })
 	e.logf("attempts failed by injection (Unreserve ran): PreBind update %d, binding %d, claim allocation %d; claim releases refused %d",
-		count["chaos-fail-prebind"], count["chaos-fail-bind"], count["chaos-fail-claim"], e.schedulerLogLines(claimReleaseFailed))
+		count["chaos-fail-prebind"], count["chaos-fail-bind"], claims, releases)
 }
 
 // toggleBindings binds and unbinds each policy at random, every 0.3-1 s.
