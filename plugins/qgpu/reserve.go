@@ -93,12 +93,21 @@ func (p *QGPU) snapshotNode(name string) fwk.NodeInfo {
 // the informer already saw the pod bound with (a bind can fail after the
 // apiserver wrote it; see the ledger's package doc).
 func (p *QGPU) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
-	if s, err := readState(cs); err == nil && s.claimsWritten {
+	if s, err := readState(cs); err == nil && s.claimsWritten && !p.mayBeBound(pod, nodeName) {
 		p.releaseClaims(ctx, s, pod)
 	}
 	if p.ledger.Unreserve(pod.UID, nodeName) {
 		klog.FromContext(ctx).V(4).Info("qGPU slices released", "pod", klog.KObj(pod), "node", nodeName)
 	}
+}
+
+// mayBeBound reports whether the ledger holds the pod on node as bound or
+// with a binding of unknown outcome: its claims then stay allocated too.
+// A binding that was not written leaves them allocated for an unbound
+// pod, which the pod's next cycle releases (releaseStale).
+func (p *QGPU) mayBeBound(pod *v1.Pod, node string) bool {
+	h, ok := p.ledger.Holding(pod.UID)
+	return ok && h.Node == node && (h.Bound || h.Uncertain)
 }
 
 // holdingOf flattens an assignment into a ledger holding.

@@ -34,17 +34,23 @@ const probeNS = "chaos-probe"
 // observer's peak: the most cards over capacity at one moment of the run;
 // besides, (6) every bound pod got its grant (diagnoseUngranted), (7)
 // every running container was given what its grant says and no card more
-// than it has (checkDelivered), and (8) no component failed unexpectedly
-// (the watchdog).
+// than it has (checkDelivered), (8) no component failed unexpectedly
+// (the watchdog), and (9) no claim stays allocated by qGPU for a pod that
+// is gone or not bound (checkClaimsReleased). Pods that ask through
+// ResourceClaims are left out of (3), (4), (6) and (7): the node side of
+// DRA does not run here (claims.go); (1) compares them with their claims.
 func (e *env) finish(ctx context.Context) int {
 	e.obs.settle(ctx, settleQuiet, settleLimit)
 	n := e.diagnoseUngranted(ctx)
 	e.printCounts(ctx)
+	e.printClaimCounts(ctx)
 	n += e.checkRefusals()
 	n += e.checkCluster(ctx, "after the faults")
+	n += e.checkClaimsReleased(ctx, "after the faults")
 	n += e.checkDelivered(ctx)
 	n += e.probe(ctx)
 	n += e.checkCluster(ctx, "after the probe")
+	n += e.checkClaimsReleased(ctx, "after the probe")
 	n += e.watch.report() // before checkStores stops the nodes
 	n += e.checkStores(ctx)
 	return n + e.obs.report()
@@ -147,7 +153,13 @@ func (e *env) checkCluster(ctx context.Context, when string) int {
 	if s := c.Swapped(); len(s) > 0 {
 		fmt.Printf("check %s: %d pods run on a twin's card (identical requests admitted in the other order, card totals right): %v\n", when, len(s), s)
 	}
-	return report("check "+when, c.Check())
+	v := c.Check()
+	claims, err := e.claimViolations(ctx, c)
+	if err != nil {
+		fmt.Printf("check %s: %v\n", when, err)
+		return 1
+	}
+	return report("check "+when, append(v, claims...))
 }
 
 func report(what string, v []view.Violation) int {
@@ -163,6 +175,10 @@ func (e *env) probe(ctx context.Context) int {
 	zero := int64(0)
 	if err := e.cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
 		fmt.Printf("probe: deleting pods: %v\n", err)
+		return 1
+	}
+	if err := e.dropAllClaims(ctx); err != nil {
+		fmt.Printf("probe: deleting claims: %v\n", err)
 		return 1
 	}
 	c, err := e.read(ctx)

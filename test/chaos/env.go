@@ -54,6 +54,12 @@ type env struct {
 	twins     bool
 	prev      *corev1.Pod
 	ungranted []ungrantedPod
+	// dra: a fraction of the random pods ask through ResourceClaims
+	// (claims.go); claimed are their UIDs, claimNames their names (each
+	// pod's claim is named after it).
+	dra        bool
+	claimed    map[types.UID]bool
+	claimNames map[string]bool
 	// kubelet holds the kubelet-api-faults run's proxies (kubeletapi.go).
 	kubelet *kubeletFaults
 	// cleanups run when the env stops, after the cluster.
@@ -86,7 +92,7 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 		return nil, err
 	}
 	e := &env{o: o, name: name, rng: rand.New(rand.NewSource(seed)), health: filepath.Join(dir, "unhealthy"), bound: map[types.UID]bool{},
-		refused: map[types.UID]string{}}
+		refused: map[types.UID]string{}, dra: draRuns[name], claimed: map[types.UID]bool{}, claimNames: map[string]bool{}}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	copts := harness.ClusterOptions{
@@ -94,6 +100,7 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 		AgentArgs: []string{"--reconcile-interval=1s", "--health-interval=300ms", "--fake-health-file=" + e.health},
 		NodeArgs:  []string{fmt.Sprintf("--node-lease-duration-seconds=%d", leaseSeconds)},
 	}
+	prepareDRA(&copts)
 	if r.prepare != nil {
 		err = r.prepare(e, &copts)
 	}
@@ -120,12 +127,14 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 }
 
 func (e *env) setup(ctx context.Context) error {
-	objs, err := harness.ReadManifests("manifests/admission/protect-annotations.yaml")
-	if err != nil {
-		return err
-	}
-	if err := harness.Apply(ctx, e.c.Config, objs, false); err != nil {
-		return err
+	for _, m := range []string{"manifests/admission/protect-annotations.yaml", "manifests/dra"} {
+		objs, err := harness.ReadManifests(m)
+		if err != nil {
+			return err
+		}
+		if err := harness.Apply(ctx, e.c.Config, objs, false); err != nil {
+			return fmt.Errorf("applying %s: %w", m, err)
+		}
 	}
 	if _, err := e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		return err
@@ -136,6 +145,7 @@ func (e *env) setup(ctx context.Context) error {
 	for i, n := range e.c.Nodes {
 		specs[i] = n.Spec
 	}
+	var err error
 	if e.obs, err = newObserver(specs); err != nil {
 		return err
 	}

@@ -20,17 +20,22 @@ import (
 
 const schedulerUser = "system:serviceaccount:qgpu-system:qgpu-scheduler"
 
-// failPolicy rejects the scheduler's requests on resource for pods whose
-// name ends in one of two digits, while its binding exists.
+// failPolicy rejects the scheduler's requests on resource (of the core
+// group, or group/version/resource) for objects whose name ends in one of
+// two digits, while its binding exists.
 func failPolicy(name, resource string, op admv1.OperationType, digits string) *admv1.ValidatingAdmissionPolicy {
+	rule := admv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource}}
+	if gvr := strings.Split(resource, "/"); len(gvr) > 2 {
+		rule = admv1.Rule{APIGroups: gvr[:1], APIVersions: gvr[1:2], Resources: []string{strings.Join(gvr[2:], "/")}}
+	}
 	fail := admv1.Fail
-	return &admv1.ValidatingAdmissionPolicy{
+	p := &admv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: admv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &fail,
 			MatchConstraints: &admv1.MatchResources{ResourceRules: []admv1.NamedRuleWithOperations{{
 				RuleWithOperations: admv1.RuleWithOperations{Operations: []admv1.OperationType{op},
-					Rule: admv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource}}},
+					Rule: rule},
 			}}},
 			MatchConditions: []admv1.MatchCondition{{Name: "scheduler", Expression: fmt.Sprintf("request.userInfo.username == %q", schedulerUser)}},
 			Validations: []admv1.Validation{{
@@ -39,17 +44,39 @@ func failPolicy(name, resource string, op admv1.OperationType, digits string) *a
 			}},
 		},
 	}
+	return p
 }
 
-// runBindFailures makes PreBind's update (names ending 3, 7) and the
-// binding (5, 8) fail while toggled policies are bound, and patches labels
-// onto fresh pods to make PreBind's read-modify-write meet conflicts.
+// releases is true for a write of a claim's status that takes a qGPU
+// allocation back.
+const releases = "has(oldObject.status) && has(oldObject.status.allocation) && (!has(object.status) || !has(object.status.allocation))"
+
+// onlyWhen narrows a failPolicy to the requests for which the CEL
+// condition holds.
+func onlyWhen(p *admv1.ValidatingAdmissionPolicy, cond string) *admv1.ValidatingAdmissionPolicy {
+	v := &p.Spec.Validations[0]
+	v.Expression = fmt.Sprintf("!(%s) || %s", cond, v.Expression)
+	return p
+}
+
+// runBindFailures makes PreBind's update (names ending 3, 7), the
+// binding (5, 8), and the scheduler's writes of claim status (3, 7: the
+// allocation in PreBind; 5, 8: releases, after a failed binding and in
+// the pod's next cycle) fail while toggled policies are bound, and
+// patches labels onto fresh pods to make PreBind's read-modify-write meet
+// conflicts. A release refused leaves a claim allocated for a pod that is
+// not bound, for the pod's next cycle to release (docs/dra.md).
 func runBindFailures(ctx context.Context, e *env) error {
 	adm := e.cs.AdmissionregistrationV1()
-	for _, p := range []*admv1.ValidatingAdmissionPolicy{
+	policies := []*admv1.ValidatingAdmissionPolicy{
 		failPolicy("chaos-fail-prebind", "pods", admv1.Update, "37"),
 		failPolicy("chaos-fail-bind", "pods/binding", admv1.Create, "58"),
-	} {
+		failPolicy("chaos-fail-claim", "resource.k8s.io/v1/resourceclaims/status", admv1.Update, "37"),
+		onlyWhen(failPolicy("chaos-fail-release", "resource.k8s.io/v1/resourceclaims/status", admv1.Update, "58"), releases),
+	}
+	var names []string
+	for _, p := range policies {
+		names = append(names, p.Name)
 		if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -57,12 +84,12 @@ func runBindFailures(ctx context.Context, e *env) error {
 	fctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	toggles, patches := 0, 0
-	wg.Go(func() { toggles = e.toggleBindings(fctx, "chaos-fail-prebind", "chaos-fail-bind") })
+	wg.Go(func() { toggles = e.toggleBindings(fctx, names...) })
 	wg.Go(func() { patches = e.touchPods(fctx) })
 	_, err := e.churn(ctx, e.o.pods/4, 60, e.o.runTime/2, nil)
 	cancel()
 	wg.Wait()
-	for _, name := range []string{"chaos-fail-prebind", "chaos-fail-bind"} {
+	for _, name := range names {
 		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
 	}
 	e.logf("fault bindings toggled %d times, %d label patches racing PreBind; faults off", toggles, patches)
@@ -72,7 +99,7 @@ func runBindFailures(ctx context.Context, e *env) error {
 }
 
 // countInjected prints how many scheduling attempts the fault policies
-// failed (each one ran Unreserve).
+// failed (each one ran Unreserve), and how many claim releases they refused.
 func (e *env) countInjected(ctx context.Context) {
 	evs, err := e.cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedScheduling"})
 	if err != nil {
@@ -86,7 +113,14 @@ func (e *env) countInjected(ctx context.Context) {
 			}
 		}
 	}
-	e.logf("attempts failed by injection (Unreserve ran): PreBind update %d, binding %d", count["chaos-fail-prebind"], count["chaos-fail-bind"])
+	// A claim's failure in PreBind is read from the scheduler's log: its
+	// FailedScheduling events did not keep the message.
+	claims := e.schedulerLogLines(func(l string) bool {
+		return strings.Contains(l, `"Plugin failed" err="allocating the qGPU claims`) && strings.Contains(l, "chaos: chaos-fail-claim")
+	})
+	releases := e.schedulerLogLines(func(l string) bool { return strings.Contains(l, "chaos: chaos-fail-release") })
+	e.logf("attempts failed by injection (Unreserve ran): PreBind update %d, binding %d, claim allocation %d; claim releases refused %d",
+		count["chaos-fail-prebind"], count["chaos-fail-bind"], claims, releases)
 }
 
 // toggleBindings binds and unbinds each policy at random, every 0.3-1 s.

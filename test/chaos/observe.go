@@ -19,6 +19,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/nvml/fakespec"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/internal/view"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -58,6 +59,8 @@ type observer struct {
 	unsureUntil time.Time
 	unconfirmed int
 	watchErrors int
+	// claims compares the claimed pods with their claims (observeclaims.go).
+	claims claimWatch
 }
 
 // relistWindow is how long after a watch error the observer does not
@@ -120,10 +123,12 @@ func (o *observer) start(ctx context.Context, cs kubernetes.Interface) error {
 	})
 	touch := func(any) { o.touch() }
 	_, _ = nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: touch, UpdateFunc: func(_, n any) { touch(n) }, DeleteFunc: touch})
+	o.watchClaims(f)
 	f.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), pods.HasSynced, nodes.HasSynced, o.claims.synced) {
 		return fmt.Errorf("observer: informers did not sync")
 	}
+	go o.sweepClaims(ctx)
 	return nil
 }
 
@@ -272,7 +277,9 @@ func slicesOf(value string) string {
 // cardsOver counts the cards of n that pods take past their capacity with
 // the checker's rules (internal/view): once by the scheduler's assignments
 // and once by the agents' grants. By grants, a pod without one has no
-// container on a card yet and holds nothing. (The checker's end-state view
+// container on a card yet and holds nothing, except a pod that asks
+// through ResourceClaims, which no agent grants here: it holds its
+// assignment, which its claims must agree with (observeclaims.go). (The checker's end-state view
 // counts such a pod at its assignment instead; while the kubelet admits two
 // identical pods out of order, that counts one card for both twins for a
 // moment, which no container ever saw.)
@@ -287,26 +294,29 @@ func cardsOver(n corev1.Node, pods []corev1.Pod) (int, []string) {
 			}
 		}
 	}
-	judge("assignments", rewrite(pods, func(a map[string]string) bool {
-		delete(a, protocol.AnnotationGrant)
+	judge("assignments", rewrite(pods, func(p *corev1.Pod) bool {
+		delete(p.Annotations, protocol.AnnotationGrant)
 		return true
 	}))
-	judge("grants", rewrite(pods, func(a map[string]string) bool {
-		g, ok := a[protocol.AnnotationGrant]
-		a[protocol.AnnotationAssignment] = g
-		return ok
+	judge("grants", rewrite(pods, func(p *corev1.Pod) bool {
+		g, ok := p.Annotations[protocol.AnnotationGrant]
+		if !ok {
+			return request.UsesClaims(p)
+		}
+		p.Annotations[protocol.AnnotationAssignment] = g
+		return true
 	}))
 	sort.Strings(details)
 	return len(cards), details
 }
 
-// rewrite copies the pods that keep(annotations) accepts, each with its
-// own copy of the annotations for keep to change.
-func rewrite(pods []corev1.Pod, keep func(map[string]string) bool) []corev1.Pod {
+// rewrite copies the pods that keep accepts, each with its own copy of
+// the annotations for keep to change.
+func rewrite(pods []corev1.Pod, keep func(*corev1.Pod) bool) []corev1.Pod {
 	out := make([]corev1.Pod, 0, len(pods))
 	for _, p := range pods {
 		p.Annotations = maps.Clone(p.Annotations)
-		if keep(p.Annotations) {
+		if keep(&p) {
 			out = append(out, p)
 		}
 	}
@@ -323,7 +333,7 @@ func (o *observer) settle(ctx context.Context, quiet, limit time.Duration) {
 		idle, waiting := time.Since(o.last), o.ungranted()
 		o.mu.Unlock()
 		if idle >= quiet && waiting == 0 {
-			fmt.Printf("settled after %v (quiet for %v, every bound pod granted)\n", time.Since(start).Round(100*time.Millisecond), quiet)
+			fmt.Printf("settled after %v (quiet for %v, every bound pod granted but the claimed ones)\n", time.Since(start).Round(100*time.Millisecond), quiet)
 			return
 		}
 		if time.Since(start) > limit {
@@ -339,7 +349,9 @@ func (o *observer) settle(ctx context.Context, quiet, limit time.Duration) {
 
 func (o *observer) ungranted() int { return len(o.ungrantedLocked()) }
 
-// ungrantedPods are the bound pods that hold slices without a grant.
+// ungrantedPods are the bound pods that hold slices without a grant,
+// but for those that ask through ResourceClaims: no agent grants them here
+// (the node side of DRA does not run in chaos, claims.go).
 func (o *observer) ungrantedPods() []*corev1.Pod {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -350,7 +362,7 @@ func (o *observer) ungrantedLocked() []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, pods := range o.pods {
 		for _, p := range pods {
-			if _, ok := p.Annotations[protocol.AnnotationGrant]; !ok {
+			if _, ok := p.Annotations[protocol.AnnotationGrant]; !ok && !request.UsesClaims(p) {
 				out = append(out, p)
 			}
 		}
@@ -375,6 +387,7 @@ func (o *observer) report() int {
 		}
 		fmt.Printf("  VIOLATION over capacity at %s\n", s)
 	}
+	n := o.reportClaims()
 	fmt.Printf("peak-oversubscribed %d\n", o.peak)
-	return o.peak
+	return o.peak + n
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -13,20 +14,27 @@ import (
 )
 
 // randomPod is a qGPU pod of a random class and shape: general shares,
-// whole cards, two containers, online and offline (mixed node only). With
-// e.twins every odd pod is a twin of the one before: the same request.
-func (e *env) randomPod(i int) *corev1.Pod {
+// whole cards, two containers, online and offline (mixed node only); in
+// the runs with DRA pods one in claimEvery asks through the claim returned
+// with it (claims.go), else the claim is nil. With e.twins every odd pod
+// is a twin of the one before: the same request.
+func (e *env) randomPod(i int) (*corev1.Pod, *resourceapi.ResourceClaim) {
 	if e.twins && i%2 == 1 && e.prev != nil {
 		p := e.prev.DeepCopy()
 		p.Name = fmt.Sprintf("p-%05d", i)
 		if len(e.schedulers) > 0 {
 			p.Spec.SchedulerName = e.schedulers[i%len(e.schedulers)]
 		}
-		return p
+		return p, nil
+	}
+	if e.dra && e.rng.Intn(claimEvery) == 0 {
+		p, claim := e.claimedPod(i)
+		e.prev = nil // a claimed pod has no twin
+		return p, claim
 	}
 	p := e.newPod(i)
 	e.prev = p
-	return p
+	return p, nil
 }
 
 func (e *env) newPod(i int) *corev1.Pod {
@@ -65,8 +73,8 @@ func (e *env) churn(ctx context.Context, n, maxLive int, budget time.Duration, f
 	i := 0
 	for ; i < n && time.Now().Before(deadline) && ctx.Err() == nil; i++ {
 		time.Sleep(time.Until(start.Add(time.Duration(i) * pace)))
-		p := e.randomPod(e.createdCount())
-		if err := e.create(ctx, p); err != nil {
+		p, claim := e.randomPod(e.createdCount())
+		if err := e.create(ctx, p, claim); err != nil {
 			return i, err
 		}
 		live = append(live, p.Name)
@@ -86,32 +94,47 @@ func (e *env) churn(ctx context.Context, n, maxLive int, budget time.Duration, f
 	return i, nil
 }
 
-func (e *env) create(ctx context.Context, p *corev1.Pod) error {
+// create creates the pod, after its claim if it has one.
+func (e *env) create(ctx context.Context, p *corev1.Pod, claim *resourceapi.ResourceClaim) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if _, err := e.cs.CoreV1().Pods(ns).Create(cctx, p, metav1.CreateOptions{}); err != nil {
+	if claim != nil {
+		if _, err := e.cs.ResourceV1().ResourceClaims(ns).Create(cctx, claim, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("creating claim %s: %w", claim.Name, err)
+		}
+	}
+	created, err := e.cs.CoreV1().Pods(ns).Create(cctx, p, metav1.CreateOptions{})
+	if err != nil {
 		return fmt.Errorf("creating pod %s: %w", p.Name, err)
 	}
 	e.mu.Lock()
 	e.created++
+	if claim != nil {
+		e.claimed[created.UID] = true
+		e.claimNames[p.Name] = true
+	}
 	e.mu.Unlock()
 	return nil
 }
 
-// delete removes a pod at once (grace 0), as a force delete does.
+// delete removes a pod at once (grace 0), as a force delete does, and
+// then its claim (dropClaim).
 func (e *env) delete(ctx context.Context, name string) error {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	zero := int64(0)
 	err := e.cs.CoreV1().Pods(ns).Delete(cctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("deleting pod %s: %w", name, err)
 	}
 	e.mu.Lock()
-	e.deleted++
+	if err == nil {
+		e.deleted++
+	}
+	claimed := e.claimNames[name]
 	e.mu.Unlock()
+	if claimed {
+		return e.dropClaim(cctx, name)
+	}
 	return nil
 }

@@ -3,39 +3,91 @@ package main
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	coordv1 "k8s.io/api/coordination/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // runSchedulerKill SIGKILLs the scheduler at three random points of a
 // churn of o.pods pods and restarts it at once; the restarted one rebuilds
-// its ledger from the assignments and must not place on top of them.
+// its ledger from the assignments and must not place on top of them. With
+// DRA pods, a fourth kill comes the moment a claim is seen allocated in
+// the second half of the churn: PreBind wrote it, and Bind may not have
+// run, which leaves the claim allocated for an unbound pod.
 func runSchedulerKill(ctx context.Context, e *env) error {
 	n := e.o.pods
-	// Three kills, one in each fifth from the second on, at a random pod:
-	// the restarted scheduler needs the old lease (4 s) to expire first.
-	kills := map[int]bool{}
+	// Three kills, one in each fifth of the churn from the second on, at a
+	// random moment: the restarted scheduler needs the old lease (4 s) to
+	// expire first. Moments, not pod numbers: on a loaded machine the churn
+	// can end at its time bound before the later pod numbers come.
+	span := e.o.runTime * 8 / 10 // the churn's pace (churn)
+	var kills []time.Duration
 	for k := 1; k <= 3; k++ {
-		kills[k*n/5+e.rng.Intn(n/5)] = true
+		kills = append(kills, time.Duration(k)*span/5+time.Duration(e.rng.Int63n(int64(span/5))))
 	}
-	var ferr error
-	created, err := e.churn(ctx, n, 50, e.o.runTime, func(i int) {
-		if !kills[i] || ferr != nil {
+	var (
+		mu     sync.Mutex
+		ferr   error
+		killed []string
+	)
+	kill := func(why string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if ferr != nil {
 			return
 		}
 		e.endScheduler(e.c.Scheduler, true)
-		e.logf("scheduler SIGKILLed after pod %d; restarting", i)
+		e.logf("scheduler SIGKILLed %s; restarting", why)
+		killed = append(killed, why)
 		s, err := e.startScheduler(ctx, "scheduler.log")
 		e.setScheduler(s)
 		ferr = err
+	}
+	start := time.Now()
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if e.dra {
+		go e.killOnAllocation(wctx, start.Add(span/2), kill)
+	}
+	created, err := e.churn(ctx, n, 50, e.o.runTime, func(i int) {
+		if len(kills) == 0 || time.Since(start) < kills[0] {
+			return
+		}
+		kills = kills[1:]
+		kill(fmt.Sprintf("after pod %d", i))
 	})
+	stop()
 	if err != nil {
 		return err
 	}
-	e.logf("created %d pods (%d deleted during the churn), 3 scheduler kills", created, e.deleted)
+	mu.Lock()
+	defer mu.Unlock()
+	e.logf("created %d pods (%d deleted during the churn), %d scheduler kills", created, e.deleted, len(killed))
 	return ferr
+}
+
+// killOnAllocation calls kill once, the first time after from that it
+// sees a claim of the run allocated by qGPU.
+func (e *env) killOnAllocation(ctx context.Context, from time.Time, kill func(why string)) {
+	if !sleepCtx(ctx, time.Until(from)) {
+		return
+	}
+	w, err := e.cs.ResourceV1().ResourceClaims(ns).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		e.logf("watching claims: %v", err)
+		return
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if c, ok := ev.Object.(*resourceapi.ResourceClaim); ok && ev.Type == watch.Modified && qgpuAllocated(c) {
+			kill("the moment claim " + c.Name + " was seen allocated")
+			return
+		}
+	}
 }
 
 // runLeaderElection starts a standby replica, kills the leader halfway

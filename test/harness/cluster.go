@@ -56,6 +56,10 @@ type ClusterOptions struct {
 	// apiserver so that RestartAPIServer can restart it on the same URL
 	// (ControlPlaneOptions.Restartable).
 	RestartableAPIServer bool
+	// APIServerFlags are extra kube-apiserver flags
+	// (ControlPlaneOptions.ExtraFlags), e.g. the feature gate DRA claims
+	// need: "--feature-gates=DRAConsumableCapacity=true" (docs/dra.md).
+	APIServerFlags []string
 	// Logf receives the control plane's progress messages; nil discards them.
 	Logf func(format string, args ...any)
 }
@@ -107,7 +111,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	if err := os.MkdirAll(cpDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating control plane dir: %w", err)
 	}
-	c.ControlPlane, err = StartControlPlane(ctx, ControlPlaneOptions{RBAC: opts.RBAC, Dir: cpDir, Logf: opts.Logf, Restartable: opts.RestartableAPIServer})
+	c.ControlPlane, err = StartControlPlane(ctx, ControlPlaneOptions{RBAC: opts.RBAC, Dir: cpDir, Logf: opts.Logf, Restartable: opts.RestartableAPIServer, ExtraFlags: opts.APIServerFlags})
 	if err != nil {
 		return nil, err
 	}
