@@ -88,7 +88,7 @@ var mutants = []mutant{
 	// The chaos observer (test/chaos/observe.go).
 	{File: "test/chaos/observe.go", Old: "\tif p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {\n\t\treturn false", New: "\tif p.Status.Phase == corev1.PodSucceeded {\n\t\treturn false", Pkgs: observer, Why: "observer: failed pods hold nothing"},
 	{File: "test/chaos/observe.go", Old: "\tjudge(\"grants\", rewrite(", New: "\t_ = judge\n\t_ = (rewrite(", Pkgs: observer, Why: "observer: over capacity by grants"},
-	{File: "test/chaos/observe.go", Old: "\t\ta[protocol.AnnotationAssignment] = g\n\t\treturn ok\n", New: "\t\tif ok {\n\t\t\ta[protocol.AnnotationAssignment] = g\n\t\t}\n\t\treturn true\n", Pkgs: observer, Why: "observer: a pod without a grant holds nothing by grants"},
+	{File: "test/chaos/observe.go", Old: "\t\t\treturn request.UsesClaims(p)\n", New: "\t\t\treturn true\n", Pkgs: observer, Why: "observer: a pod without a grant holds nothing by grants (a claimed pod holds its assignment)"},
 	{File: "test/chaos/observe.go", Old: "\to.peak = max(o.peak, o.now)", New: "\to.peak = max(o.peak, over)", Pkgs: observer, Why: "observer: peak over all nodes at one moment"},
 	{File: "test/chaos/observe.go", Old: "\t\tdelete(o.pods[before.Spec.NodeName], before.UID)\n", New: "", Pkgs: observer, Why: "observer: a deleted pod leaves its card"},
 
