@@ -134,4 +134,12 @@ var mutants = []mutant{
 	{File: "internal/view/rules.go", Old: "if !held[rc.Name] {", New: "if false {", Pkgs: view, Why: "checker: every requesting container has slices"},
 	{File: "internal/view/rules.go", Old: "if p.Assignment.Class != protocol.ClassGeneral && !c.facts[p.Node].mixed {", New: "if false {", Pkgs: view, Why: "checker: online/offline only on mixed nodes (warning)"},
 	{File: "internal/view/rules.go", Old: "if card, ok := c.card(p.Node, s); ok && !card.Healthy {", New: "if false {", Pkgs: view, Why: "checker: pods on unhealthy cards (warning)"},
+
+	// The DRA path (plugins/qgpu/claims.go, request/claims.go, internal/view/claims.go; docs/dra.md).
+	{File: "plugins/qgpu/claims.go", Old: "\t\t\tif c.Status.Allocation != nil {\n\t\t\t\treturn fmt.Errorf(\"claim %s/%s was allocated by another", New: "\t\t\tif false {\n\t\t\t\treturn fmt.Errorf(\"claim %s/%s was allocated by another", Pkgs: plugin, Run: "TestClaims", Why: "claims: never over another's allocation"},
+	{File: "plugins/qgpu/claims.go", Old: "if !keptCapacity(stored) {", New: "if !keptCapacity(stored) && false {", Pkgs: plugin, Run: "TestClaims", Why: "claims: no binding when the apiserver dropped the consumed capacity"},
+	{File: "plugins/qgpu/claims.go", Old: "r.Driver == protocol.DRADriver && r.ShareID != nil && *r.ShareID == ref.UID", New: "r.Driver == protocol.DRADriver", Pkgs: plugin, Run: "TestClaims", Why: "claims: Unreserve releases only its own allocation"},
+	{File: "plugins/qgpu/request/claims.go", Old: "if !exact || b%gib != 0 || b < gib", New: "if !exact || b < gib", Pkgs: []string{"./plugins/qgpu/request"}, Why: "claims: memory in whole GiB"},
+	{File: "internal/view/claims.go", Old: "r.Pool != p.Node || r.Device != protocol.DRADeviceName(slice.Index) || ", New: "", Pkgs: view, Why: "checker: the claim's card is the assignment's"},
+	{File: "internal/view/claims.go", Old: "mem.Value() != slice.MemoryGiB<<30 || ", New: "", Pkgs: view, Why: "checker: the claim's memory is the assignment's"},
 }
