@@ -75,13 +75,13 @@ func (c *draChecker) run() {
 	// Card mixedCard has 10 GiB free, the general card 2: a general claim
 	// of 4 GiB fits only by joining the online/offline card.
 	if c.createPod("dra-general-join", "slice", true, protocol.SchedulerName) {
-		c.checkUnallocated("dra-general-join", "a general claim the online/offline card does not take")
+		c.checkUnallocated("dra-general-join", "a general claim the online/offline card does not take", "")
 	}
 	if tooBig {
-		c.checkUnallocated("dra-too-big", "a claim of 15 GiB on 14 GiB cards")
+		c.checkUnallocated("dra-too-big", "a claim of 15 GiB on 14 GiB cards", "")
 	}
 	if byDefault {
-		c.checkUnallocated("dra-default-scheduler", "a qGPU claim of a default-scheduler pod")
+		c.checkUnallocated("dra-default-scheduler", "a qGPU claim of a default-scheduler pod", "devices of driver gpu.qgpu.io are allocated by qgpu-scheduler only")
 	}
 	if err := deleteAndWait(c.ctx, c.cp, "app.kubernetes.io/part-of="+draLabel+",qgpu.io/dra-pending=true"); err != nil {
 		c.fail("deleting the pending pods: %v", err)
@@ -218,18 +218,25 @@ func (c *draChecker) events(pod string) string {
 	return strings.Join(msgs, " | ")
 }
 
-// checkUnallocated waits (bounded) for the pod's FailedScheduling event
-// and checks that it is still Pending, unbound, its claim unallocated.
-func (c *draChecker) checkUnallocated(name, what string) {
+// checkUnallocated waits (bounded) for the pod's FailedScheduling event,
+// one whose message holds want if want is set, and checks that the pod is
+// still Pending, unbound, its claim unallocated.
+func (c *draChecker) checkUnallocated(name, what, want string) {
 	var failed string
 	err := wait.PollUntilContextTimeout(c.ctx, 2*time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := c.cp.Client.CoreV1().Events(examplesNamespace).List(ctx, metav1.ListOptions{
 			FieldSelector: "involvedObject.kind=Pod,involvedObject.name=" + name + ",reason=FailedScheduling"})
-		if err != nil || len(list.Items) == 0 {
+		if err != nil {
 			return false, nil
 		}
-		failed = list.Items[len(list.Items)-1].Message
-		return true, nil
+		for _, e := range list.Items {
+			// Waiting for the resource-claim controller is not a verdict.
+			if strings.Contains(e.Message, want) && !strings.Contains(e.Message, "is not created yet") {
+				failed = e.Message
+				return true, nil
+			}
+		}
+		return false, nil
 	})
 	p, getErr := c.cp.Client.CoreV1().Pods(examplesNamespace).Get(c.ctx, name, metav1.GetOptions{})
 	switch {
@@ -237,7 +244,7 @@ func (c *draChecker) checkUnallocated(name, what string) {
 		c.fail("%s (%s): %v", name, what, getErr)
 		return
 	case err != nil:
-		c.fail("%s (%s): no FailedScheduling event within 90s (phase %s, node %q; events: %s)", name, what, p.Status.Phase, p.Spec.NodeName, c.events(name))
+		c.fail("%s (%s): no FailedScheduling event with %q within 90s (phase %s, node %q; events: %s)", name, what, want, p.Status.Phase, p.Spec.NodeName, c.events(name))
 		return
 	case p.Status.Phase != corev1.PodPending || p.Spec.NodeName != "":
 		c.fail("%s (%s): phase %s on node %q, want Pending and unbound", name, what, p.Status.Phase, p.Spec.NodeName)

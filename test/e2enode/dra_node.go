@@ -178,6 +178,9 @@ func allocationProblems(claim *resourceapi.ResourceClaim, p *corev1.Pod, node st
 // claim.gpu.qgpu.io/slice, device <claim UID>_<request>) in the node's
 // CDI directory.
 func claimSpecFiles(nodeDir string, uid types.UID) []string {
+	if uid == "" {
+		return nil
+	}
 	files, _ := filepath.Glob(filepath.Join(nodeDir, "cdi-dynamic", "*"+string(uid)+"*"))
 	return files
 }

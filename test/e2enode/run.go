@@ -113,8 +113,13 @@ func startControllers(o options, admin, caFile string) (func(), error) {
 		{"kube-controller-manager", filepath.Join(o.binDir, "kube-controller-manager"), []string{
 			"--kubeconfig", admin, "--root-ca-file", caFile, "--leader-elect=false", "--secure-port=0",
 			"--use-service-account-credentials=false", "--controllers=*,-serviceaccount-token", "--v=1"}},
+		// DRAConsumableCapacity: without it the default scheduler's
+		// DynamicResources refuses a qGPU claim itself ("has capacity
+		// requests"); with it, it allocates one and the DRA leg sees
+		// manifests/dra's qgpu-dra-allocator policy refuse the write.
 		{"default-scheduler", filepath.Join(o.repoBin, "qgpu-scheduler"), []string{
-			"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=1"}},
+			"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=1",
+			"--feature-gates=DRAConsumableCapacity=true"}},
 	} {
 		log, err := os.Create(filepath.Join(o.workDir, c.name+".log"))
 		if err != nil {
