@@ -1,6 +1,7 @@
 // Command e2enode is make e2e-node (docs/real-node.md): kube-apiserver and
-// etcd (test/harness), kube-controller-manager, a default scheduler, and two
-// nodes each with the real kubelet and containerd (runc), on which the
+// etcd (test/harness), kube-controller-manager, a default scheduler, and
+// three nodes each with the real kubelet and containerd (runc), two serving
+// qGPU through device plugins, one through DRA (dra.go), on which the
 // shipped manifests/ run as containers, images overridden only; then
 // manifests/examples/ with the probe image in place of pause, and every
 // example container's own output is checked against its assignment.
