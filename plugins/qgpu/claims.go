@@ -293,11 +293,12 @@ func allocatedBy(c *resourceapi.ResourceClaim, ref request.ClaimRef) bool {
 // config for the request, and the node it is bound to.
 func allocationOf(ref request.ClaimRef, slice protocol.Slice, node string, class *resourceapi.DeviceClass) *resourceapi.AllocationResult {
 	share := types.UID(ref.UID)
+	// Every capacity of the device, cores 0 for an online slice, as the
+	// upstream allocator records them; the agent refuses a result without
+	// cores.
 	consumed := map[resourceapi.QualifiedName]resource.Quantity{
 		protocol.DRACapacityMemory: *resource.NewQuantity(slice.MemoryGiB<<30, resource.BinarySI),
-	}
-	if slice.Cores > 0 {
-		consumed[protocol.DRACapacityCores] = *resource.NewQuantity(slice.Cores, resource.DecimalSI)
+		protocol.DRACapacityCores:  *resource.NewQuantity(slice.Cores, resource.DecimalSI),
 	}
 	a := &resourceapi.AllocationResult{
 		Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{

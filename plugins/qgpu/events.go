@@ -94,6 +94,12 @@ func (p *QGPU) isSchedulableAfterPodUpdate(logger klog.Logger, pod *v1.Pod, oldO
 		logger.V(5).Info("another pod's update adds no qGPU room", "pod", klog.KObj(pod), "updated", klog.KObj(cur))
 		return fwk.QueueSkip, nil
 	}
+	// The claim made from its template now named in its status: a cycle
+	// requeued by the claim's creation may have run before this update
+	// and found no claim (claims.go).
+	if !reflect.DeepEqual(old.Status.ResourceClaimStatuses, cur.Status.ResourceClaimStatuses) {
+		return fwk.Queue, nil
+	}
 	wasReq, wasErr := request.Parse(old)
 	nowReq, nowErr := request.Parse(cur)
 	if reflect.DeepEqual(wasReq, nowReq) && errorText(wasErr) == errorText(nowErr) {

@@ -45,9 +45,11 @@ func cardCount(spec string) int {
 // of mixed nodes, as a cluster with online and offline pods deploys it), and
 // manifests/examples/ through kustomizations that change only the images
 // (and give the agents fake cards), waits, and checks every example
-// container's own output.
-func check(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, nodes []*node) (result, error) {
-	var res result
+// container's own output. manifests/dra and the DRA agent are applied
+// with them, and the DRA leg (dra.go) runs on its node beside the other
+// checks; its result is res.dra.
+func check(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, allNodes []*node) (res result, err error) {
+	nodes, draN := splitDRANode(allNodes)
 	root, err := harness.RepoRoot()
 	if err != nil {
 		return res, err
@@ -77,12 +79,22 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	if _, err := apply(ctx, cp, colocation, nil); err != nil {
 		return res, err
 	}
-	stepLog(start, "manifests/ and manifests/overlays/colocation applied")
+	if err := applyDRA(ctx, o, root, cp); err != nil {
+		return res, err
+	}
+	stepLog(start, "manifests/, manifests/overlays/colocation, manifests/dra and the DRA agent applied")
 	if err := harness.WaitRequireScheduler(ctx, cp.Client); err != nil {
 		return res, err
 	}
 	res.failures += waitSystemReady(ctx, cp)
 	stepLog(start, "qgpu-system checked")
+	if draN != nil {
+		leg := startDRALeg(ctx, start, o, cp, draN)
+		defer func() {
+			d := leg.wait()
+			res.dra = &d
+		}()
+	}
 	ex, err := checkExamples(ctx, start, cp, examples, nodes)
 	res.add(ex)
 	if err != nil {

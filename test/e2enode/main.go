@@ -1,6 +1,7 @@
 // Command e2enode is make e2e-node (docs/real-node.md): kube-apiserver and
-// etcd (test/harness), kube-controller-manager, a default scheduler, and two
-// nodes each with the real kubelet and containerd (runc), on which the
+// etcd (test/harness), kube-controller-manager, a default scheduler, and
+// three nodes each with the real kubelet and containerd (runc), two serving
+// qGPU through device plugins, one through DRA (dra.go), on which the
 // shipped manifests/ run as containers, images overridden only; then
 // manifests/examples/ with the probe image in place of pause, and every
 // example container's own output is checked against its assignment.
@@ -9,7 +10,8 @@
 //
 //	e2e-node: N containers checked, M rejections as expected, F failures
 //
-// and it exits 1 when F > 0 or the environment could not be brought up.
+// after the DRA leg's line (dra.go), whose failures F counts too, and it
+// exits 1 when F > 0 or the environment could not be brought up.
 package main
 
 import (
@@ -119,15 +121,23 @@ func main() {
 		res.failures++
 	}
 	klog.Flush()
+	if res.dra == nil {
+		fmt.Println("e2e-node dra: the DRA leg did not run")
+		res.dra = &draResult{failures: 1}
+	}
+	fmt.Printf("e2e-node dra: %d claims checked, %d rejections as expected, %d failures\n", res.dra.claims, res.dra.rejections, res.dra.failures)
+	res.failures += res.dra.failures
 	fmt.Printf("e2e-node: %d containers checked, %d rejections as expected, %d failures\n", res.containers, res.rejections, res.failures)
 	if res.failures > 0 {
 		os.Exit(1)
 	}
 }
 
-// result counts what the run checked.
+// result counts what the run checked; dra is the DRA leg's count, nil
+// when it did not run.
 type result struct {
 	containers, rejections, failures int
+	dra                              *draResult
 }
 
 func (r *result) add(o result) {

@@ -19,6 +19,25 @@ import (
 // applies them.
 
 func systemOverrides(o options) string {
+	return imageOverrides(o) + fmt.Sprintf(`patches:
+%[1]s# The mixed node (e2e-node-2) has the spec NVIDIA's device plugin writes,
+# and its agent writes none: a node set up by GPU Operator's components
+# alone. The DRA leg's node has an agent of its own (draAgentOverrides):
+# qgpu-agent stays off it as off every mixed node, qgpu-agent-colocation by
+# affinity.
+- target: {kind: DaemonSet, name: qgpu-agent-colocation}
+  patch: |-
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cdi-card-kind="}
+    - op: add
+      path: /spec/template/spec/affinity
+      value: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: %[3]s, operator: NotIn, values: [enable]}]}]}}}
+- target: {kind: DaemonSet, name: qgpu-mps-control-daemon}
+  patch: |-
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[2]s"}
+`, agentPatch(o, o.fakeCards), o.fakeCards, draNodeLabel)
+}
+
+func imageOverrides(o options) string {
 	return fmt.Sprintf(`images:
 - name: ghcr.io/qgpu-scheduler/qgpu-scheduler
   newName: %[1]s/qgpu-scheduler
@@ -26,27 +45,23 @@ func systemOverrides(o options) string {
 - name: ghcr.io/qgpu-scheduler/qgpu-agent
   newName: %[1]s/qgpu-agent
   newTag: %[2]q
-# The node has no GPU: the agents and the MPS control daemon run on fake
-# cards; the agents see the fake driver root the e2e program made (device
-# nodes, libraries) at %[6]s, the same path as the node's.
-patches:
-- target: {kind: DaemonSet, labelSelector: "app in (qgpu-agent,qgpu-agent-colocation)"}
+`, o.repo, o.version)
+}
+
+// agentPatch is the patch of the agents' DaemonSets: the node has no GPU,
+// the agents run on fake cards and see the fake driver root the e2e
+// program made (device nodes, libraries) at FakeDriverRoot, the same path
+// as the node's.
+func agentPatch(o options, cards string) string {
+	return fmt.Sprintf(`- target: {kind: DaemonSet, labelSelector: "app in (qgpu-agent,qgpu-agent-colocation)"}
   patch: |-
-    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
-%[5]s    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--driver-root=%[6]s"}
-    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--driver-root-ctr-path=%[6]s"}
-    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cdi-hook-path=%[7]s"}
-    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-driver, hostPath: {path: %[6]s, type: Directory}}}
-    - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-driver, mountPath: %[6]s, readOnly: true}}
-# The mixed node (e2e-node-2) has the spec NVIDIA's device plugin writes,
-# and its agent writes none: a node set up by GPU Operator's components alone.
-- target: {kind: DaemonSet, name: qgpu-agent-colocation}
-  patch: |-
-    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cdi-card-kind="}
-- target: {kind: DaemonSet, name: qgpu-mps-control-daemon}
-  patch: |-
-    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[4]s"}
-`, o.repo, o.version, DeviceRoot, o.fakeCards, deviceRootArg(o), FakeDriverRoot, ToolkitDir+"/nvidia-cdi-hook")
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--fake-cards=%[1]s"}
+%[2]s    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--driver-root=%[3]s"}
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--driver-root-ctr-path=%[3]s"}
+    - {op: add, path: /spec/template/spec/containers/0/args/-, value: "--cdi-hook-path=%[4]s"}
+    - {op: add, path: /spec/template/spec/volumes/-, value: {name: qgpu-e2e-driver, hostPath: {path: %[3]s, type: Directory}}}
+    - {op: add, path: /spec/template/spec/containers/0/volumeMounts/-, value: {name: qgpu-e2e-driver, mountPath: %[3]s, readOnly: true}}
+`, cards, deviceRootArg(o), FakeDriverRoot, ToolkitDir+"/nvidia-cdi-hook")
 }
 
 func deviceRootArg(o options) string {

@@ -35,6 +35,9 @@ type node struct {
 	// plugin writes (k8s.device-plugin.nvidia.com/gpu) and its agent
 	// writes none of its own (--cdi-card-kind="").
 	devicePluginSpec bool
+	// dra: the DRA leg's node (dra.go), whose agent runs in DRA mode; the
+	// device-plugin checks leave it out.
+	dra bool
 }
 
 // nodeEnv is what every node needs from the e2e program.

@@ -15,8 +15,9 @@ func TestOverridesKeepTagsStrings(t *testing.T) {
 	for _, version := range []string{"57969e7", "1234567", "0x1f", "true", "v1.2.3"} {
 		o := options{repo: "ghcr.io/example", version: version, fakeCards: "2", deviceRoot: true}
 		for name, text := range map[string]string{
-			"system":   systemOverrides(o),
-			"examples": examplesOverrides(o),
+			"system":    systemOverrides(o),
+			"examples":  examplesOverrides(o),
+			"dra-agent": draAgentOverrides(o),
 		} {
 			var k types.Kustomization
 			if err := yaml.UnmarshalStrict([]byte(text), &k); err != nil {

@@ -38,7 +38,9 @@ func run(ctx context.Context, o options) (result, error) {
 		return res, err
 	}
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	cp, err := harness.StartControlPlane(startCtx, harness.ControlPlaneOptions{RBAC: true, ServiceAccounts: true})
+	cp, err := harness.StartControlPlane(startCtx, harness.ControlPlaneOptions{RBAC: true, ServiceAccounts: true,
+		// Cards shared between claims (docs/dra.md#feature-gates): the DRA leg.
+		ExtraFlags: []string{"--feature-gates=DRAConsumableCapacity=true"}})
 	cancel()
 	if err != nil {
 		return res, err
@@ -111,8 +113,13 @@ func startControllers(o options, admin, caFile string) (func(), error) {
 		{"kube-controller-manager", filepath.Join(o.binDir, "kube-controller-manager"), []string{
 			"--kubeconfig", admin, "--root-ca-file", caFile, "--leader-elect=false", "--secure-port=0",
 			"--use-service-account-credentials=false", "--controllers=*,-serviceaccount-token", "--v=1"}},
+		// DRAConsumableCapacity: without it the default scheduler's
+		// DynamicResources refuses a qGPU claim itself ("has capacity
+		// requests"); with it, it allocates one and the DRA leg sees
+		// manifests/dra's qgpu-dra-allocator policy refuse the write.
 		{"default-scheduler", filepath.Join(o.repoBin, "qgpu-scheduler"), []string{
-			"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=1"}},
+			"--kubeconfig", admin, "--leader-elect=false", "--secure-port=0", "--v=1",
+			"--feature-gates=DRAConsumableCapacity=true"}},
 	} {
 		log, err := os.Create(filepath.Join(o.workDir, c.name+".log"))
 		if err != nil {
@@ -130,9 +137,11 @@ func startControllers(o options, admin, caFile string) (func(), error) {
 	return stop, nil
 }
 
-// startNodes starts a plain qGPU node and a mixed one (online and offline
-// pods go only to mixed nodes), each with its own kubelet client certificate
-// (system:node:<name>, so the Node authorizer applies).
+// startNodes starts a plain qGPU node, a mixed one (online and offline
+// pods go only to mixed nodes) and the DRA leg's mixed node (draNode), each
+// with its own kubelet client certificate (system:node:<name>, so the Node
+// authorizer applies). They come up in parallel: start only launches the
+// node's runner.
 func startNodes(ctx context.Context, o options, cp *harness.ControlPlane) ([]*node, error) {
 	images, err := filepath.Glob(filepath.Join(o.imageDir, "*.tar"))
 	if err != nil || len(images) == 0 {
@@ -145,6 +154,7 @@ func startNodes(ctx context.Context, o options, cp *harness.ControlPlane) ([]*no
 			mode: runtimeMode{acceptEnvvar: true}},
 		{name: "e2e-node-2", labels: []string{"qgpu-device-enable=enable", "mixed-qgpu-enable=enable"}, prefix: "169.254.12",
 			mode: runtimeMode{nvidiaDefault: true, acceptEnvvar: o.defaultRuntimeAcceptsEnvvar}, devicePluginSpec: true},
+		draNode(),
 	}
 	var started []*node
 	for _, n := range specs {
@@ -159,7 +169,11 @@ func startNodes(ctx context.Context, o options, cp *harness.ControlPlane) ([]*no
 		if err := cp.KubeconfigForUser(kubeconfig, "system:node:"+n.name, "system:nodes"); err != nil {
 			return started, err
 		}
-		if err := n.start(env, kubeconfig, cardCount(o.fakeCards)); err != nil {
+		cards := cardCount(o.fakeCards)
+		if n.dra {
+			cards = cardCount(draFakeCards)
+		}
+		if err := n.start(env, kubeconfig, cards); err != nil {
 			return started, fmt.Errorf("node %s: %w", n.name, err)
 		}
 		started = append(started, n)
