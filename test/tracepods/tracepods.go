@@ -101,19 +101,23 @@ func (t *Trace) PodObject(name string, p *sim.Pod) *v1.Pod {
 
 // NodeObject is trace node n as a qGPU node of its cards (the trace's model
 // names, sim.CardMemoryMiB's memory), CPU and memory; gpus > 0 overrides its
-// number of cards.
+// number of cards, its CPU and memory then scaled to keep their share per
+// card.
 func NodeObject(name string, n *sim.Node, gpus int) (*v1.Node, error) {
 	mib, ok := sim.CardMemoryMiB[n.Model]
 	if !ok {
 		return nil, fmt.Errorf("node %s: model %q has no memory in sim.CardMemoryMiB", n.Name, n.Model)
 	}
-	if gpus <= 0 {
+	cpu, mem := n.CPUMilli, n.MemoryMiB
+	if gpus > 0 && n.GPUs > 0 && gpus != n.GPUs {
+		cpu, mem = cpu*int64(gpus)/int64(n.GPUs), mem*int64(gpus)/int64(n.GPUs)
+	} else {
 		gpus = n.GPUs
 	}
 	node := builders.GPUNode(name, false, builders.Cards(gpus, n.Model, mib))
 	for _, l := range []v1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
-		l[v1.ResourceCPU] = *resource.NewMilliQuantity(n.CPUMilli, resource.DecimalSI)
-		l[v1.ResourceMemory] = *resource.NewQuantity(n.MemoryMiB<<20, resource.BinarySI)
+		l[v1.ResourceCPU] = *resource.NewMilliQuantity(cpu, resource.DecimalSI)
+		l[v1.ResourceMemory] = *resource.NewQuantity(mem<<20, resource.BinarySI)
 		l[v1.ResourcePods] = *resource.NewQuantity(1000, resource.DecimalSI)
 	}
 	return node, nil
