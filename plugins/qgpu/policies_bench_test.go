@@ -32,11 +32,12 @@ const (
 // (its card models, counts and CPU; 300 of them, and 5000 for the shipped
 // fragfit, the list repeated), partly taken by its pods, with the workload
 // learned from its distinct pod shapes (249 in gpuspec10, of which the
-// workload keeps placement.MaxShapes, a fifth of them with a model
-// filter). One iteration is one scheduling cycle of one arriving pod:
-// PreFilter, then Filter on every node and Score on every node that
-// fits (on every node for a pod without cards, which Filter skips). ns/node
-// is the cycle's time over the nodes; shapes is the learned workload's.
+// workload keeps placement.MaxShapes, a fifth of them with a model filter;
+// shapes=every: from all its pods, the trace's own 95 %). One iteration is
+// one scheduling cycle of one arriving pod: PreFilter, then Filter on
+// every node and Score on every node that fits (on every node for a pod
+// without cards, which Filter skips). ns/node is the cycle's time over the
+// nodes; shapes is the learned workload's.
 //
 // The trace is $QGPU_TRACES/openb_pod_list_gpuspec10.csv with the node list
 // beside it (make bench sets QGPU_TRACES as make integration does); without
@@ -51,9 +52,16 @@ func BenchmarkPolicies(b *testing.B) {
 	for _, size := range []struct {
 		policy string
 		nodes  int
-	}{{"binpack", 300}, {"fgd", 300}, {"fragfit", 300}, {"fragfit", 5000}} {
-		c := newBenchCluster(b, trace, size.policy, size.nodes)
-		b.Run(fmt.Sprintf("FilterScore/%s/nodes=%d", size.policy, size.nodes), func(b *testing.B) {
+		// every: the workload learned from every trace pod, not from its
+		// distinct shapes.
+		every bool
+	}{{"binpack", 300, false}, {"fgd", 300, false}, {"fragfit", 300, false}, {"fragfit", 300, true}, {"fragfit", 5000, false}} {
+		c := newBenchCluster(b, trace, size.policy, size.nodes, size.every)
+		learned := "distinct"
+		if size.every {
+			learned = "every"
+		}
+		b.Run(fmt.Sprintf("FilterScore/%s/nodes=%d/shapes=%s", size.policy, size.nodes, learned), func(b *testing.B) {
 			ctx := context.Background()
 			i := 0
 			for b.Loop() {
@@ -73,7 +81,7 @@ type benchCluster struct {
 	arrivals []*v1.Pod
 }
 
-func newBenchCluster(b *testing.B, trace *tracepods.Trace, policy string, size int) *benchCluster {
+func newBenchCluster(b *testing.B, trace *tracepods.Trace, policy string, size int, every bool) *benchCluster {
 	b.Helper()
 	c := &benchCluster{p: newPlugin(b, &args.QGPUArgs{NodePolicy: policy, CardPolicy: policy})}
 	nodes := make([]*v1.Node, 0, size)
@@ -101,7 +109,7 @@ func newBenchCluster(b *testing.B, trace *tracepods.Trace, policy string, size i
 			held++
 		}
 	}
-	c.learn(trace)
+	c.learn(trace, every)
 	for _, k := range order {
 		if p := &trace.Pods[k]; trace.Accepted(p) {
 			c.arrivals = append(c.arrivals, trace.PodObject(fmt.Sprintf("new-%04d", len(c.arrivals)), p))
@@ -137,14 +145,15 @@ func (c *benchCluster) place(b *testing.B, pod *v1.Pod, nodes []*v1.Node) bool {
 // learn replaces the workload the held pods taught by one that counted every
 // distinct shape of the trace's pods (card demand, CPU, model filter) once,
 // so that it keeps far more than the trace's own 95 % (74 shapes of
-// gpuspec10).
-func (c *benchCluster) learn(trace *tracepods.Trace) {
+// gpuspec10); with every, one that counted every pod of the trace (those
+// 74).
+func (c *benchCluster) learn(trace *tracepods.Trace, every bool) {
 	c.p.workload = typical.NewLearner()
 	seen := map[string]bool{}
 	for i := range trace.Pods {
 		p := &trace.Pods[i]
 		key := fmt.Sprint(p.CPUMilli, p.NumGPU, p.GPUMilli, p.Models)
-		if seen[key] {
+		if seen[key] && !every {
 			continue
 		}
 		seen[key] = true
