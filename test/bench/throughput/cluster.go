@@ -86,6 +86,8 @@ type result struct {
 	// settled: the phase ended with pods unbound after its settle time
 	// without a bind.
 	settled bool
+	// quantiles are when 50, 90 and 99 % of the bound pods were bound.
+	quantiles []time.Duration
 }
 
 func (r result) rate() float64 { return float64(r.bound) / r.elapsed.Seconds() }
@@ -96,6 +98,8 @@ func (r result) rate() float64 { return float64(r.bound) / r.elapsed.Seconds() }
 func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, timeout time.Duration) (result, error) {
 	var bound atomic.Int64
 	var last atomic.Int64
+	var mu sync.Mutex
+	var times []int64 // each bind's time, as seen by the watch
 	all := make(chan struct{})
 	seen := sync.Map{}
 	inf := cache.NewSharedIndexInformer(
@@ -107,7 +111,11 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 		if _, dup := seen.LoadOrStore(obj.(*v1.Pod).UID, true); dup {
 			return
 		}
-		last.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		last.Store(now)
+		mu.Lock()
+		times = append(times, now)
+		mu.Unlock()
 		if bound.Add(1) == int64(n) {
 			close(all)
 		}
@@ -135,7 +143,15 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 	if bound.Load() == 0 {
 		end = time.Now()
 	}
-	return result{bound: int(bound.Load()), elapsed: end.Sub(start), settled: settled}, nil
+	mu.Lock()
+	defer mu.Unlock()
+	r := result{bound: int(bound.Load()), elapsed: end.Sub(start), settled: settled}
+	for _, q := range []int{50, 90, 99} {
+		if k := len(times) * q / 100; k > 0 {
+			r.quantiles = append(r.quantiles, time.Unix(0, times[k-1]).Sub(start))
+		}
+	}
+	return r, nil
 }
 
 // wait returns once all is closed, after timeout, or (settle > 0) once no

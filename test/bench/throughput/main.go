@@ -135,8 +135,8 @@ func runPhase(ctx context.Context, client kubernetes.Interface, ph phase, round,
 	if err != nil {
 		return result{}, fmt.Errorf("%s: %w", ph.name, err)
 	}
-	fmt.Printf("round %d %-15s %d pods on %d nodes: %d bound in %s: %.1f pods/s\n",
-		round, ph.name, pods, nodes, r.bound, r.elapsed.Round(time.Millisecond), r.rate())
+	fmt.Printf("round %d %-15s %d pods on %d nodes: %d bound in %s: %.1f pods/s (50/90/99 %% bound at %v)\n",
+		round, ph.name, pods, nodes, r.bound, r.elapsed.Round(time.Millisecond), r.rate(), roundAll(r.quantiles))
 	switch {
 	case r.bound < pods && r.settled:
 		fmt.Printf("round %d %-15s UNPLACED: %d of %d pods not bound, none bound for %s (left out of the rate, as the replay drops a pod that fits nowhere)\n",
@@ -148,6 +148,15 @@ func runPhase(ctx context.Context, client kubernetes.Interface, ph phase, round,
 		return result{}, fmt.Errorf("%s: cleaning up: %w", ph.name, err)
 	}
 	return r, writeHeapProfile(round, ph.name)
+}
+
+// roundAll rounds durations to 100 ms, for printing.
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(100 * time.Millisecond)
+	}
+	return out
 }
 
 var cpuProfileDir string
