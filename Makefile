@@ -213,16 +213,21 @@ mutants-list:
 $(BIN)/qgpu-chaos: FORCE
 	$(GO) build -o $@ ./test/chaos
 
+# BenchmarkPolicies reads the openb trace's pod shapes from QGPU_TRACES (as
+# make integration does), else a generated set that mimics them.
 bench:
-	$(GO) test -run=NONE -bench=. -benchmem ./plugins/...
+	QGPU_TRACES=$(abspath $(QGPU_TRACES)) $(GO) test -run=NONE -bench=. -benchmem ./plugins/...
 
 # Scheduling throughput against stock kube-scheduler (test/bench/throughput);
-# SIZE=large: 5000 nodes, 20000 pods, 2 rounds (about 10 minutes). Component
-# logs go to _output/.
+# SIZE=large: 5000 nodes, 20000 pods, 2 rounds (about 10 minutes). Where the
+# openb trace is in QGPU_TRACES, the qgpu-scheduler phase's pods are its
+# gpuspec10 list's (model filters included) on nodes of its card models;
+# otherwise synthetic ones. Component logs go to _output/.
 SIZE ?= default
+THROUGHPUT_TRACE = $(abspath $(QGPU_TRACES))/openb_pod_list_gpuspec10.csv
 bench-throughput:
 	@mkdir -p _output
-	$(GO) run ./test/bench/throughput $(if $(filter large,$(SIZE)),--nodes 5000 --pods 20000 --rounds 2,--nodes 500 --pods 4000) 2>_output/bench-throughput.log
+	$(GO) run ./test/bench/throughput $(if $(filter large,$(SIZE)),--nodes 5000 --pods 20000 --rounds 2,--nodes 500 --pods 4000) $(if $(wildcard $(THROUGHPUT_TRACE)),--pods-from $(THROUGHPUT_TRACE)) 2>_output/bench-throughput.log
 
 # The FGD paper's trace replay, every policy, both modes; CSV and plot in
 # _output/replay (docs/performance.md). hack/fetch-traces.sh fetches the

@@ -3,7 +3,7 @@ package args
 import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request/vocab"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
 // Policies a profile may name: placement.Policies (a test in plugins/qgpu
@@ -30,12 +30,12 @@ func Validate(path *field.Path, a *QGPUArgs) field.ErrorList {
 // memory unit.
 func validateVocabularies(path *field.Path, a *QGPUArgs) field.ErrorList {
 	var errs field.ErrorList
-	seen := map[vocab.Vocabulary]bool{}
+	seen := map[protocol.Vocabulary]bool{}
 	for i, name := range a.Vocabularies {
-		v, err := vocab.Parse(name)
+		v, err := protocol.ParseVocabulary(name)
 		switch {
 		case err != nil:
-			errs = append(errs, field.NotSupported(path.Child("vocabularies").Index(i), name, vocab.Names()))
+			errs = append(errs, field.NotSupported(path.Child("vocabularies").Index(i), name, protocol.VocabularyNames()))
 		case seen[v]:
 			errs = append(errs, field.Duplicate(path.Child("vocabularies").Index(i), name))
 		}

@@ -7,7 +7,6 @@ import (
 
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/qgpu-scheduler/qgpu/config/args"
 	"github.com/qgpu-scheduler/qgpu/test/builders"
 )
 
@@ -73,51 +72,5 @@ func TestFilterDoesNotAllocate(t *testing.T) {
 	p.PreFilter(ctx, cs, pod, nil)
 	if allocs := testing.AllocsPerRun(100, func() { p.Filter(ctx, cs, pod, ni) }); allocs != 0 {
 		t.Fatalf("Filter allocates %v times per call", allocs)
-	}
-}
-
-// BenchmarkPolicies compares the general-pod policies' Filter and Score
-// (unstashed: placement and score) on a node of 8 cards holding 16 pods,
-// after the workload learned the held pods' shapes, and their Score of a
-// CPU-only pod.
-func BenchmarkPolicies(b *testing.B) {
-	for _, policy := range []string{"binpack", "fgd", "fragfit"} {
-		p := newPlugin(b, &args.QGPUArgs{NodePolicy: policy, CardPolicy: policy})
-		n := builders.GPUNode("n1", false, builders.Cards(8, "A100-80G", 81920))
-		p.setNodes(n)
-		for i := range 16 {
-			pod := builders.GPUPod(fmt.Sprintf("held-%d", i)).General("c", int64(1+i%4), int64(10+5*(i%3))).Obj()
-			if node, st := schedule(b, p, pod, n); node == "" {
-				b.Fatalf("placing pod %d: %v", i, st)
-			}
-		}
-		pod := builders.GPUPod("new").General("c", 2, 5).Obj()
-		ni := nodeInfo(n)
-		ctx := context.Background()
-		cs := framework.NewCycleState()
-		p.PreFilter(ctx, cs, pod, nil)
-		b.Run("Filter/"+policy, func(b *testing.B) {
-			for b.Loop() {
-				if st := p.Filter(ctx, cs, pod, ni); !st.IsSuccess() {
-					b.Fatal(st)
-				}
-			}
-		})
-		unstashed := framework.NewCycleState()
-		p.PreFilter(ctx, unstashed, pod, nil)
-		b.Run("Score/"+policy, func(b *testing.B) {
-			for b.Loop() {
-				p.Score(ctx, unstashed, pod, ni)
-			}
-		})
-		// A pod without cards: Filter skips it; fgd and fragfit score it.
-		cpuOnly := builders.GPUPod("cpu").CPU(2000).Obj()
-		ccs := framework.NewCycleState()
-		p.PreFilter(ctx, ccs, cpuOnly, nil)
-		b.Run("ScoreCPUOnly/"+policy, func(b *testing.B) {
-			for b.Loop() {
-				p.Score(ctx, ccs, cpuOnly, ni)
-			}
-		})
 	}
 }

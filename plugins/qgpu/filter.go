@@ -7,6 +7,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fastpath"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
@@ -21,11 +22,11 @@ const (
 const cardBuf = 16
 
 // Filter checks that every container of the pod finds a card on the node,
-// and the node-wide sums NodeResourcesFit leaves to it (takeOverFit). It
+// and the node-wide sums NodeResourcesFit leaves to it (fastpath.TakeOverFit). It
 // reads the ledger and the NodeInfo only: no API calls, no allocation on the
 // hot path. A pod of one container (the common case) is placed on a copy
 // of the node's cards taken under the node's read lock, and scored there
-// for Score (scoreStash); other pods, and pods while preemption simulates
+// for Score (fastpath.Stash); other pods, and pods while preemption simulates
 // pods added or removed, are only placed, on a copy with the simulated pods.
 func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
@@ -42,9 +43,9 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	name := nodeInfo.Node().Name
 	var reason string
 	var alloc [len(protocol.Resources)]int64
-	var node found
+	var node fastpath.Found
 	if len(s.req.Containers) == 1 && len(s.deltas[name]) == 0 {
-		node = p.refs.get(p.ledger, nodeInfo, name)
+		node = p.refs.Get(p.ledger, nodeInfo, name)
 		reason, alloc = p.placeAndScore(s, node, nodeInfo)
 	} else {
 		reason, alloc = p.place(s, name, nodeInfo)
@@ -57,9 +58,9 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 		}
 	}
-	if reason == "" && s.ownsFit && s.fit != (fitRequest{}) {
+	if reason == "" && s.ownsFit && s.fit != (fastpath.FitRequest{}) {
 		var unresolvable bool
-		if reason, unresolvable = s.fit.check(node.requested(nodeInfo), alloc); unresolvable {
+		if reason, unresolvable = s.fit.Check(node.Requested(nodeInfo), alloc); unresolvable {
 			p.rejections.rejected(pointFilter, reason)
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)
 		}
@@ -75,7 +76,7 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 // taken under its read lock (ledger.Ref.Read), and stashes the node's score
 // for Score. It returns why the pod does not fit ("" if it does) and the
 // node's allocatable qGPU resources.
-func (p *QGPU) placeAndScore(s *cycleState, node found, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
+func (p *QGPU) placeAndScore(s *cycleState, node fastpath.Found, nodeInfo fwk.NodeInfo) (string, [len(protocol.Resources)]int64) {
 	var score int64
 	var alloc [len(protocol.Resources)]int64
 	reason := node.Read(func(n ledger.Node) string {
@@ -96,7 +97,7 @@ func (p *QGPU) placeAndScore(s *cycleState, node found, nodeInfo fwk.NodeInfo) (
 		return reason
 	})
 	if reason == "" {
-		p.scores.put(nodeInfo, score)
+		p.scores.Put(nodeInfo, score)
 	}
 	return reason, alloc
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fastpath"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/quota"
@@ -64,7 +65,7 @@ func rejectionReasons() []string {
 	r := []string{placement.ReasonNoCards, placement.ReasonNotMixed, placement.ReasonNoModel, placement.ReasonCardsFull,
 		placement.ReasonWholeCards, placement.ReasonClassOnCard, ReasonNotQGPUNode, ReasonNoInventory, ledger.ErrNoFit.Error(), reasonQuota,
 		ReasonNodeNotEmpty, reasonOther}
-	return append(r, insufficient[:]...)
+	return append(r, fastpath.InsufficientReasons()...)
 }
 
 // rejections are the counters of every (extension point, reason), resolved

@@ -14,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/args"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fastpath"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fragcache"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
@@ -38,9 +39,9 @@ type QGPU struct {
 	// frags remembers each node's fragmentation between cycles.
 	frags *fragcache.Cache
 	// scores carries Filter's scores to Score within a cycle.
-	scores scoreStash
+	scores fastpath.Stash
 	// refs finds Filter's nodes in the ledger without their names.
-	refs nodeRefs
+	refs fastpath.Refs
 	// bindOnce and binds cache bindsItself.
 	bindOnce sync.Once
 	binds    bool

@@ -10,6 +10,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fastpath"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -49,12 +50,12 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	if st != nil {
 		return nil, st
 	}
-	p.scores.reset(len(nodes))
+	p.scores.Reset(len(nodes))
 	s := &cycleState{req: req, podCPU: podCPU(pod), quota: q}
 	if req.Relative() {
 		s.resolved = &resolved{}
 	}
-	s.fit, s.ownsFit = takeOverFit(cs)
+	s.fit, s.ownsFit = fastpath.TakeOverFit(cs)
 	cs.Write(stateKey, s)
 	if len(req.Claims) > 0 {
 		return p.claimNodes(req)
@@ -72,7 +73,7 @@ func (p *QGPU) cpuOnlyCycle(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
 		return fwk.AsStatus(ctx.Err())
 	}
-	p.scores.reset(nodes) // Score must not read the last cycle's stash
+	p.scores.Reset(nodes) // Score must not read the last cycle's stash
 	cs.Write(stateKey, &cycleState{req: &request.Request{Class: protocol.ClassGeneral}, podCPU: podCPU(pod)})
 	return fwk.NewStatus(fwk.Skip)
 }

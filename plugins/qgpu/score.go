@@ -12,7 +12,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
 
-// Score is the score Filter stashed for the node in this cycle (scoreStash);
+// Score is the score Filter stashed for the node in this cycle (fastpath.Stash);
 // otherwise it places the pod on a copy of the node's cards and scores that.
 func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
 	s, err := readState(cs)
@@ -24,7 +24,7 @@ func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeIn
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
-	if score, ok := p.scores.get(nodeInfo); ok {
+	if score, ok := p.scores.Get(nodeInfo); ok {
 		return score, nil
 	}
 	if s.req.NodeExclusive {

@@ -6,6 +6,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fastpath"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
 )
@@ -18,8 +19,8 @@ type cycleState struct {
 	// podCPU is the pod's CPU request, for the policies that weigh CPU.
 	podCPU int64
 	// fit is the pod's request of the qGPU resources that Filter checks in
-	// NodeResourcesFit's stead when ownsFit (see takeOverFit).
-	fit     fitRequest
+	// NodeResourcesFit's stead when ownsFit (see fastpath.TakeOverFit).
+	fit     fastpath.FitRequest
 	ownsFit bool
 	// deltas are the pods that preemption simulates as added (+1) or removed
 	// (-1), per node. Set only on the clones the preemption evaluator makes.

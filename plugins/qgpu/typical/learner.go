@@ -34,6 +34,11 @@ const (
 	// forgetAt halves all counts when they sum past it, so the workload
 	// follows change.
 	forgetAt = 1 << 16
+	// maxCounted bounds the distinct shapes counted. A new shape past it
+	// halves the counts, as forgetAt does, until some are dropped: the
+	// rarest, counted once since the last halving, go first. The workload
+	// built from the counts has caps of its own (placement.MaxShapes).
+	maxCounted = 1024
 )
 
 type shapeKey struct {
@@ -139,14 +144,11 @@ func (l *Learner) Forget(uid types.UID) {
 // any) and republishes the workload when due; the caller holds l.mu.
 func (l *Learner) count(req *request.Request, podCPU int64) {
 	if req == nil || len(req.Containers) == 0 {
-		l.counts[shapeKey{cpu: podCPU}]++
-		l.total++
+		l.add(shapeKey{cpu: podCPU})
 	} else {
 		for _, c := range req.Containers {
-			k := shapeKey{memoryGiB: c.PerCardMemoryGiB(), cores: c.PerCardCores(), cpu: podCPU, cards: c.Cards, whole: c.Whole,
-				use: strings.Join(req.UseTypes, "|"), noUse: strings.Join(req.NoUseTypes, "|")}
-			l.counts[k]++
-			l.total++
+			l.add(shapeKey{memoryGiB: c.PerCardMemoryGiB(), cores: c.PerCardCores(), cpu: podCPU, cards: c.Cards, whole: c.Whole,
+				use: strings.Join(req.UseTypes, "|"), noUse: strings.Join(req.NoUseTypes, "|")})
 		}
 	}
 	if l.total > forgetAt {
@@ -157,6 +159,18 @@ func (l *Learner) count(req *request.Request, podCPU int64) {
 		l.pending = 0
 		l.current.Store(l.snapshot())
 	}
+}
+
+// add counts one pod of shape k, making room under maxCounted first; the
+// caller holds l.mu.
+func (l *Learner) add(k shapeKey) {
+	if _, ok := l.counts[k]; !ok {
+		for len(l.counts) >= maxCounted {
+			l.halve()
+		}
+	}
+	l.counts[k]++
+	l.total++
 }
 
 // halve halves every count, dropping those below one; the caller holds l.mu.

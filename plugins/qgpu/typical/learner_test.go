@@ -140,3 +140,25 @@ func TestCounted(t *testing.T) {
 		t.Errorf("counted a %v, b %v; want a only", l.Counted("a"), l.Counted("b"))
 	}
 }
+
+// The learner counts at most maxCounted distinct shapes: a new one past
+// them halves the counts until the rarest are dropped, and the heavy
+// shapes stay.
+func TestLearnerCountsBounded(t *testing.T) {
+	l := NewLearner()
+	for range 8 {
+		l.Observe(general(16, 50), 1000)
+	}
+	for i := range 3 * maxCounted {
+		l.Observe(nil, int64(2000+i)) // every pod a new CPU-only shape
+		if n := len(l.counts); n > maxCounted {
+			t.Fatalf("after %d shapes: %d counted, want at most %d", i+2, n, maxCounted)
+		}
+	}
+	if _, ok := l.counts[shapeKey{memoryGiB: 16, cores: 50, cpu: 1000, cards: 1}]; !ok {
+		t.Error("the shape counted 8 times was dropped for shapes counted once")
+	}
+	if _, ok := l.counts[shapeKey{cpu: int64(2000 + 3*maxCounted - 1)}]; !ok {
+		t.Error("the newest shape is not counted")
+	}
+}

@@ -36,15 +36,15 @@ func fastClient(cp *harness.ControlPlane) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// createNodes makes n qGPU nodes of 8 V100 32 GB cards, every other one
-// mixed, each also offering nvidia.com/gpu: 8 for the stock profile.
-func createNodes(ctx context.Context, client kubernetes.Interface, n int) error {
+// createNodes makes the workload's n qGPU nodes of 8 cards, each also
+// offering nvidia.com/gpu: 8 for the stock profile.
+func createNodes(ctx context.Context, client kubernetes.Interface, w workload, n int) error {
 	return parallel(n, func(i int) error {
-		node := builders.GPUNode(fmt.Sprintf("node-%05d", i), i%2 == 0, builders.Cards(8, "Tesla V100-SXM2-32GB", 32510))
-		for _, l := range []v1.ResourceList{node.Status.Capacity, node.Status.Allocatable} {
-			l["nvidia.com/gpu"] = resource.MustParse("8")
+		node, err := w.node(i, n)
+		if err != nil {
+			return err
 		}
-		_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		_, err = client.CoreV1().Nodes().Create(ctx, withWholeGPUs(node, 8), metav1.CreateOptions{})
 		return err
 	})
 }
@@ -74,20 +74,32 @@ func parallel(n int, f func(int) error) error {
 type phase struct {
 	name, scheduler string
 	pod             func(i int) *v1.Pod
+	// settle > 0 ends the phase once no pod was bound for that long: the
+	// trace's pods include some that fit nowhere once the cluster filled
+	// (the replay drops them); 0 waits for every pod.
+	settle time.Duration
 }
 
 type result struct {
 	bound   int
 	elapsed time.Duration
+	// settled: the phase ended with pods unbound after its settle time
+	// without a bind.
+	settled bool
+	// quantiles are when 50, 90 and 99 % of the bound pods were bound.
+	quantiles []time.Duration
 }
 
 func (r result) rate() float64 { return float64(r.bound) / r.elapsed.Seconds() }
 
 // measure creates the phase's pods and waits until a watch has seen all of
-// them bound (or the timeout), timing from the first create to the last bind.
+// them bound (or the timeout, or the phase's settle time without a bind),
+// timing from the first create to the last bind.
 func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, timeout time.Duration) (result, error) {
 	var bound atomic.Int64
 	var last atomic.Int64
+	var mu sync.Mutex
+	var times []int64 // each bind's time, as seen by the watch
 	all := make(chan struct{})
 	seen := sync.Map{}
 	inf := cache.NewSharedIndexInformer(
@@ -99,7 +111,11 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 		if _, dup := seen.LoadOrStore(obj.(*v1.Pod).UID, true); dup {
 			return
 		}
-		last.Store(time.Now().UnixNano())
+		now := time.Now().UnixNano()
+		last.Store(now)
+		mu.Lock()
+		times = append(times, now)
+		mu.Unlock()
 		if bound.Add(1) == int64(n) {
 			close(all)
 		}
@@ -119,17 +135,49 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 	}); err != nil {
 		return result{}, fmt.Errorf("creating pods: %w", err)
 	}
-	select {
-	case <-all:
-	case <-time.After(timeout):
-	case <-ctx.Done():
-		return result{}, ctx.Err()
+	settled, err := wait(ctx, all, &last, ph.settle, timeout)
+	if err != nil {
+		return result{}, err
 	}
 	end := time.Unix(0, last.Load())
 	if bound.Load() == 0 {
 		end = time.Now()
 	}
-	return result{bound: int(bound.Load()), elapsed: end.Sub(start)}, nil
+	mu.Lock()
+	defer mu.Unlock()
+	r := result{bound: int(bound.Load()), elapsed: end.Sub(start), settled: settled}
+	for _, q := range []int{50, 90, 99} {
+		if k := len(times) * q / 100; k > 0 {
+			r.quantiles = append(r.quantiles, time.Unix(0, times[k-1]).Sub(start))
+		}
+	}
+	return r, nil
+}
+
+// wait returns once all is closed, after timeout, or (settle > 0) once no
+// pod was bound for settle since the last one (then settled is true).
+func wait(ctx context.Context, all <-chan struct{}, last *atomic.Int64, settle, timeout time.Duration) (settled bool, err error) {
+	deadline := time.After(timeout)
+	var tick <-chan time.Time
+	if settle > 0 {
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-all:
+			return false, nil
+		case <-deadline:
+			return false, nil
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-tick:
+			if l := last.Load(); l != 0 && time.Since(time.Unix(0, l)) >= settle {
+				return true, nil
+			}
+		}
+	}
 }
 
 // deleteAttempts bounds the DeleteCollection calls of a cleanup: on a
@@ -173,14 +221,20 @@ func deletePhase(ctx context.Context, client kubernetes.Interface, ph phase) err
 
 func benchPod(name, phaseName, scheduler string) *builders.PodBuilder {
 	b := builders.GPUPod(name)
-	p := b.Obj()
+	asBenchPod(b.Obj(), phaseName, scheduler)
+	return b
+}
+
+// asBenchPod makes p a pod of the phase, for scheduler, its UID left to the
+// apiserver.
+func asBenchPod(p *v1.Pod, phaseName, scheduler string) *v1.Pod {
 	p.UID = ""
 	p.Spec.SchedulerName = scheduler
 	if p.Labels == nil {
 		p.Labels = map[string]string{}
 	}
 	p.Labels[phaseLabel] = phaseName
-	return b
+	return p
 }
 
 // qgpuPod is a realistic mix: 60% general (a quarter to a half card, one in

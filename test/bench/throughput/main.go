@@ -3,7 +3,9 @@
 // in-process (app.Setup + app.Run with command.Options(), leader election
 // off) with two profiles, N nodes of 8 cards, and M pods created through the
 // API for each profile in turn: fractional qGPU pods for the qgpu-scheduler
-// profile of config/qgpu-scheduler.yaml, and pods asking for one whole
+// profile of config/qgpu-scheduler.yaml (synthetic ones, or with --pods-from
+// the openb trace's pods, model filters included, on nodes of its card
+// models), and pods asking for one whole
 // nvidia.com/gpu for a stock profile (default plugins only). It prints pods/s
 // for each, from the first create to the last bind seen by a watch, per
 // round the ratio qgpu pods/s ÷ stock pods/s, and as its last line their
@@ -33,18 +35,27 @@ func main() {
 	pods := flag.Int("pods", 4000, "pods per profile")
 	profile := flag.String("profile", "config/qgpu-scheduler.yaml", "the qgpu-scheduler profile (relative to the repository root)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up on a phase after this long, reporting what was bound")
+	podsFrom := flag.String("pods-from", "", "an openb pod list CSV (openb_pod_list_*.csv, the node list openb_node_list_gpu_node.csv beside it): the qgpu-scheduler phase's pods are the trace's (card share, model filter, CPU, memory; pods without cards included) and the nodes have the trace's card models; default: synthetic pods on V100 nodes")
 	rounds := flag.Int("rounds", 4, "rounds of both phases, back to back, the order alternating; the ratio is the geometric mean of the rounds' ratios")
 	flag.StringVar(&cpuProfileDir, "cpuprofile-dir", "", "write a CPU profile of each phase (apiserver, etcd and scheduler together) to DIR/<round>-<profile>.pprof, and a heap profile after its cleanup to DIR/<round>-<profile>.heap")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, *nodes, *pods, *profile, *timeout, *rounds); err != nil {
+	w := syntheticWorkload()
+	if *podsFrom != "" {
+		var err error
+		if w, err = traceWorkload(*podsFrom); err != nil {
+			fmt.Fprintln(os.Stderr, "throughput: --pods-from:", err)
+			os.Exit(2)
+		}
+	}
+	if err := run(ctx, w, *nodes, *pods, *profile, *timeout, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "throughput:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, nodes, pods int, profile string, timeout time.Duration, rounds int) error {
+func run(ctx context.Context, w workload, nodes, pods int, profile string, timeout time.Duration, rounds int) error {
 	start, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	cp, err := harness.StartControlPlane(start, harness.ControlPlaneOptions{})
@@ -57,10 +68,10 @@ func run(ctx context.Context, nodes, pods int, profile string, timeout time.Dura
 		return err
 	}
 	t0 := time.Now()
-	if err := createNodes(ctx, client, nodes); err != nil {
+	if err := createNodes(ctx, client, w, nodes); err != nil {
 		return err
 	}
-	fmt.Printf("%d nodes of 8 cards created in %s\n", nodes, time.Since(t0).Round(time.Millisecond))
+	fmt.Printf("%d %s; created in %s\n", nodes, w.describe, time.Since(t0).Round(time.Millisecond))
 	schedCtx, stopSched := context.WithCancel(ctx)
 	done, err := startScheduler(schedCtx, cp, profile)
 	if err != nil {
@@ -69,7 +80,7 @@ func run(ctx context.Context, nodes, pods int, profile string, timeout time.Dura
 	}
 	defer func() { stopSched(); <-done }()
 	phases := []phase{
-		{name: "qgpu-scheduler", scheduler: qgpuScheduler, pod: qgpuPod},
+		{name: "qgpu-scheduler", scheduler: qgpuScheduler, pod: w.pod, settle: w.settle},
 		{name: "stock", scheduler: stockScheduler, pod: stockPod},
 	}
 	best := make([]float64, len(phases))
@@ -124,15 +135,28 @@ func runPhase(ctx context.Context, client kubernetes.Interface, ph phase, round,
 	if err != nil {
 		return result{}, fmt.Errorf("%s: %w", ph.name, err)
 	}
-	fmt.Printf("round %d %-15s %d pods on %d nodes: %d bound in %s: %.1f pods/s\n",
-		round, ph.name, pods, nodes, r.bound, r.elapsed.Round(time.Millisecond), r.rate())
-	if r.bound < pods {
+	fmt.Printf("round %d %-15s %d pods on %d nodes: %d bound in %s: %.1f pods/s (50/90/99 %% bound at %v)\n",
+		round, ph.name, pods, nodes, r.bound, r.elapsed.Round(time.Millisecond), r.rate(), roundAll(r.quantiles))
+	switch {
+	case r.bound < pods && r.settled:
+		fmt.Printf("round %d %-15s UNPLACED: %d of %d pods not bound, none bound for %s (left out of the rate, as the replay drops a pod that fits nowhere)\n",
+			round, ph.name, pods-r.bound, pods, ph.settle)
+	case r.bound < pods:
 		fmt.Printf("round %d %-15s PARTIAL: %d of %d pods bound before the %s timeout\n", round, ph.name, r.bound, pods, timeout)
 	}
 	if err := deletePhase(ctx, client, ph); err != nil {
 		return result{}, fmt.Errorf("%s: cleaning up: %w", ph.name, err)
 	}
 	return r, writeHeapProfile(round, ph.name)
+}
+
+// roundAll rounds durations to 100 ms, for printing.
+func roundAll(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(100 * time.Millisecond)
+	}
+	return out
 }
 
 var cpuProfileDir string

@@ -8,46 +8,36 @@
 package vocab
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
-// Vocabulary names a pod dialect; "" is the native qGPU one.
-type Vocabulary string
+// Vocabulary names a pod dialect; "" is the native qGPU one. The names are
+// protocol's (config/protocol/vocabulary.go), so that the scheduler's
+// configuration validates them without importing this package.
+type Vocabulary = protocol.Vocabulary
 
 const (
-	Native Vocabulary = ""
+	Native = protocol.VocabularyNative
 	// VCUDA is tkestack gpu-admission / gpu-manager.
-	VCUDA Vocabulary = "vcuda"
+	VCUDA = protocol.VocabularyVCUDA
 	// T9k is the T9k scheduler (tensorstack.dev).
-	T9k Vocabulary = "t9k"
+	T9k = protocol.VocabularyT9k
 	// HAMi is Project-HAMi's NVIDIA device.
-	HAMi Vocabulary = "hami"
+	HAMi = protocol.VocabularyHAMi
 )
 
 // All lists the vocabularies a cluster or a node can enable.
-var All = []Vocabulary{VCUDA, T9k, HAMi}
+var All = protocol.Vocabularies
 
 // Parse reads a vocabulary name, as the plugin args and the agent's flag write it.
-func Parse(s string) (Vocabulary, error) {
-	v := Vocabulary(strings.ToLower(strings.TrimSpace(s)))
-	if !slices.Contains(All, v) {
-		return "", fmt.Errorf("unknown vocabulary %q: must be one of %s", s, strings.Join(Names(), ", "))
-	}
-	return v, nil
-}
+func Parse(s string) (Vocabulary, error) { return protocol.ParseVocabulary(s) }
 
 // Names returns All as strings.
-func Names() []string {
-	out := make([]string, len(All))
-	for i, v := range All {
-		out[i] = string(v)
-	}
-	return out
-}
+func Names() []string { return protocol.VocabularyNames() }
 
 // Resources of each vocabulary, per container.
 const (

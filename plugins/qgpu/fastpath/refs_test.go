@@ -1,4 +1,4 @@
-package qgpu
+package fastpath
 
 import (
 	"fmt"
@@ -30,7 +30,7 @@ func namedNodes(n int) (*ledger.Ledger, []*framework.NodeInfo) {
 	return l, nis
 }
 
-func readName(f found) string { return f.Read(func(n ledger.Node) string { return n.Invalid }) }
+func readName(f Found) string { return f.Read(func(n ledger.Node) string { return n.Invalid }) }
 
 // Every NodeInfo finds its own node, first by name and then from the table,
 // also after the table started over, and a node the ledger has not seen yet
@@ -38,10 +38,10 @@ func readName(f found) string { return f.Read(func(n ledger.Node) string { retur
 func TestNodeRefsFindEachNode(t *testing.T) {
 	// More NodeInfos than three quarters of the slots: the table starts over.
 	l, nis := namedNodes(nodeRefSlots/4*3 + 500)
-	var c nodeRefs
+	var c Refs
 	for round := range 2 {
 		for _, ni := range nis {
-			if got := readName(c.get(l, ni, ni.Node().Name)); got != ni.Node().Name {
+			if got := readName(c.Get(l, ni, ni.Node().Name)); got != ni.Node().Name {
 				t.Fatalf("round %d: NodeInfo of %s reads node %q", round, ni.Node().Name, got)
 			}
 		}
@@ -51,11 +51,11 @@ func TestNodeRefsFindEachNode(t *testing.T) {
 	}
 	late := framework.NewNodeInfo()
 	late.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "late"}})
-	if r := c.get(l, late, "late"); r.Known() {
+	if r := c.Get(l, late, "late"); r.Known() {
 		t.Fatal("a node the ledger never saw is known")
 	}
 	l.SetNode("late", nil, "late", false)
-	if got := readName(c.get(l, late, "late")); got != "late" {
+	if got := readName(c.Get(l, late, "late")); got != "late" {
 		t.Fatalf("node added later reads %q", got)
 	}
 }
@@ -63,7 +63,7 @@ func TestNodeRefsFindEachNode(t *testing.T) {
 // Lookups and inserts from many goroutines (go test -race) agree.
 func TestNodeRefsConcurrent(t *testing.T) {
 	l, nis := namedNodes(2000)
-	var c nodeRefs
+	var c Refs
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for g := range 8 {
@@ -72,7 +72,7 @@ func TestNodeRefsConcurrent(t *testing.T) {
 			defer wg.Done()
 			for k := range 3 * len(nis) {
 				ni := nis[(k*7+g*131)%len(nis)]
-				if got := readName(c.get(l, ni, ni.Node().Name)); got != ni.Node().Name {
+				if got := readName(c.Get(l, ni, ni.Node().Name)); got != ni.Node().Name {
 					errs <- fmt.Errorf("NodeInfo of %s reads node %q", ni.Node().Name, got)
 					return
 				}
@@ -91,17 +91,17 @@ func TestNodeRefsConcurrent(t *testing.T) {
 func TestNodeRefsRequestedFollowsGeneration(t *testing.T) {
 	l, nis := namedNodes(1)
 	ni := nis[0]
-	var c nodeRefs
+	var c Refs
 	pod := func(name string, mem, cores int64) *v1.Pod {
 		return builders.GPUPod(name).General("c", mem, cores).Obj()
 	}
 	want := func(step string, mem, cores int64) {
 		t.Helper()
-		f := c.get(l, ni, ni.Node().Name)
+		f := c.Get(l, ni, ni.Node().Name)
 		if f.entry == nil {
 			t.Fatalf("%s: the table does not hold the NodeInfo", step)
 		}
-		got := f.requested(ni)
+		got := f.Requested(ni)
 		if got != [len(protocol.Resources)]int64{mem, cores, 0} {
 			t.Errorf("%s: requested %v, want memory %d core %d", step, got, mem, cores)
 		}
@@ -118,13 +118,13 @@ func TestNodeRefsRequestedFollowsGeneration(t *testing.T) {
 	want("first pod removed", 4, 10)
 
 	// The entry holds the sums of the generation before; they must not be used.
-	f := c.get(l, ni, ni.Node().Name)
+	f := c.Get(l, ni, ni.Node().Name)
 	ni.AddPod(pod("c", 2, 5))
-	if got := f.requested(ni); got != [len(protocol.Resources)]int64{6, 15, 0} {
+	if got := f.Requested(ni); got != [len(protocol.Resources)]int64{6, 15, 0} {
 		t.Errorf("requested %v after a pod was added, want [6 15 0]", got)
 	}
 	// Without a table entry it reads the NodeInfo every time.
-	if got := (found{}).requested(ni); got != [len(protocol.Resources)]int64{6, 15, 0} {
+	if got := (Found{}).Requested(ni); got != [len(protocol.Resources)]int64{6, 15, 0} {
 		t.Errorf("uncached requested %v, want [6 15 0]", got)
 	}
 }

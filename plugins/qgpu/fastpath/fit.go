@@ -1,4 +1,4 @@
-package qgpu
+package fastpath
 
 import (
 	v1 "k8s.io/api/core/v1"
@@ -9,15 +9,17 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request/vocab"
 )
 
+// Taking NodeResourcesFit's check over.
+//
 // NodeResourcesFit checks each extended resource a pod asks for on each node
 // it filters, and pays a regexp per resource name per node for it
 // (IsExtendedResourceName): for a qGPU pod, two long names, most of the
 // Filter time of a cycle on a large cluster (make bench-throughput
 // SIZE=large). QGPU takes that check of its own resources over: PreFilter
 // moves them out of NodeResourcesFit's PreFilter state into its own
-// (takeOverFit), and Filter compares them with the node's allocatable less
+// (TakeOverFit), and Filter compares them with the node's allocatable less
 // what is requested there, as NodeResourcesFit does, with its reasons
-// (fitRequest.check). The allocatable counts come from the ledger, which
+// (FitRequest.check). The allocatable counts come from the ledger, which
 // keeps them from the same Node objects, under the lock Filter takes anyway.
 // The check stays: a node whose agent's device plugins are gone has none of
 // them allocatable, whatever its cards' inventory says.
@@ -35,6 +37,10 @@ var insufficient = func() (r [len(protocol.Resources)]string) {
 	return r
 }()
 
+// InsufficientReasons are the reasons FitRequest.Check gives, for the
+// plugin's metrics (a copy).
+func InsufficientReasons() []string { return append([]string(nil), insufficient[:]...) }
+
 // fitStateKey is where NodeResourcesFit's PreFilter keeps the pod's requests.
 const fitStateKey fwk.StateKey = "PreFilter" + names.NodeResourcesFit
 
@@ -44,14 +50,14 @@ type scalarRequests interface {
 	GetScalarResources() map[v1.ResourceName]int64
 }
 
-// fitRequest is the pod's request of each of protocol.Resources, as
+// FitRequest is the pod's request of each of protocol.Resources, as
 // NodeResourcesFit computed it (init containers and pod overhead included).
-type fitRequest [len(protocol.Resources)]int64
+type FitRequest [len(protocol.Resources)]int64
 
-// takeOverFit moves the qGPU resources out of NodeResourcesFit's state. It
+// TakeOverFit moves the qGPU resources out of NodeResourcesFit's state. It
 // returns false, moving nothing, when that state is not there.
-func takeOverFit(cs fwk.CycleState) (fitRequest, bool) {
-	var r fitRequest
+func TakeOverFit(cs fwk.CycleState) (FitRequest, bool) {
+	var r FitRequest
 	d, err := cs.Read(fitStateKey)
 	if err != nil {
 		return r, false
@@ -73,12 +79,12 @@ func takeOverFit(cs fwk.CycleState) (fitRequest, bool) {
 	return r, true
 }
 
-// check is NodeResourcesFit's check of the qGPU resources on one node, with
+// Check is NodeResourcesFit's check of the qGPU resources on one node, with
 // alloc the node's allocatable (ledger.Node.Allocatable) and used what its
-// pods request (found.requested): the reason of the first one short, and
+// pods request (Found.Requested): the reason of the first one short, and
 // whether removing pods cannot help (the node has less than the pod asks for
 // at all); "" when all fit.
-func (r *fitRequest) check(used, alloc [len(protocol.Resources)]int64) (reason string, unresolvable bool) {
+func (r *FitRequest) Check(used, alloc [len(protocol.Resources)]int64) (reason string, unresolvable bool) {
 	for i, q := range r {
 		if q > 0 && q > alloc[i]-used[i] {
 			return insufficient[i], q > alloc[i]
@@ -87,7 +93,7 @@ func (r *fitRequest) check(used, alloc [len(protocol.Resources)]int64) (reason s
 	return "", false
 }
 
-// requested is what the pods on ni, the NodeInfo f was found for, request of
+// Requested is what the pods on ni, the NodeInfo f was found for, request of
 // protocol.Resources. The table's entry keeps it for the generation of the
 // NodeInfo it was read at. kube-scheduler gives a NodeInfo a new generation
 // whenever it changes (a pod added or removed, the node updated), so an equal
@@ -96,7 +102,7 @@ func (r *fitRequest) check(used, alloc [len(protocol.Resources)]int64) (reason s
 // the node's pods ever asked for) on the nodes that did not change since the
 // last cycle: nearly all of them. The generation brackets the sums like a
 // sequence lock, so a read that overlaps a write is not taken.
-func (f found) requested(ni fwk.NodeInfo) [len(protocol.Resources)]int64 {
+func (f Found) Requested(ni fwk.NodeInfo) [len(protocol.Resources)]int64 {
 	e := f.entry
 	if e == nil {
 		return requestedOf(ni)

@@ -1,4 +1,4 @@
-package qgpu
+package fastpath
 
 import (
 	"math/bits"
@@ -8,20 +8,20 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
-// scoreStash carries the score Filter computes for a node, while it holds a
-// copy of the node's cards anyway, to Score in the same scheduling cycle:
-// Score then neither looks the node up in the ledger again nor copies its
-// cards (on 5000 nodes that lookup and copy were most of Score's time, make
+// Stash carries the score Filter computes for a node, while it holds a copy
+// of the node's cards anyway, to Score in the same scheduling cycle: Score
+// then neither looks the node up in the ledger again nor copies its cards
+// (on 5000 nodes that lookup and copy were most of Score's time, make
 // bench-throughput SIZE=large). It is a small open-addressed table keyed by
-// the NodeInfo's address, sized for the nodes a cycle scores: Score reads one
-// slot, most often in a cache line Filter wrote a moment ago, instead of the
-// node's entries elsewhere in memory. Filter runs on many goroutines and
-// claims a slot with a compare-and-swap; a node that finds no free slot is
-// not stashed, and Score computes its score. kube-scheduler runs one
-// scheduling cycle at a time and each profile has its own plugin; PreFilter
-// starts a cycle (reset), and a slot counts only in the cycle it was written
-// in, so nothing is cleared between cycles.
-type scoreStash struct {
+// the NodeInfo's address, with four slots for every node of the cluster:
+// Score reads one slot, most often in a cache line Filter wrote a moment
+// ago, instead of the node's entries elsewhere in memory. Filter runs on
+// many goroutines and claims a slot with a compare-and-swap; a node that
+// finds no free slot is not stashed, and Score computes its score.
+// kube-scheduler runs one scheduling cycle at a time and each profile has
+// its own plugin; PreFilter starts a cycle (Reset), and a slot counts only in
+// the cycle it was written in, so nothing is cleared between cycles.
+type Stash struct {
 	table atomic.Pointer[stashTable]
 }
 
@@ -44,10 +44,14 @@ const (
 	claimed = 1 << 63
 )
 
-// reset starts a cycle over nodes nodes: four slots for each node
-// kube-scheduler looks for (feasibleToFind), a power of two, at least 64.
-func (st *scoreStash) reset(nodes int) {
-	n := max(6, bits.Len(uint(4*feasibleToFind(nodes))))
+// Reset starts a cycle over nodes nodes: four slots for each node, a power
+// of two, at least 64. The table is sized for every node, not for the nodes
+// kube-scheduler's adaptive percentageOfNodesToScore looks for: the shipped
+// profiles set it to 100, so every feasible node is filtered and scored,
+// and sized for the adaptive share (a fifth of the nodes at 5000) most of
+// them found no slot and were placed and scored a second time in Score.
+func (st *Stash) Reset(nodes int) {
+	n := max(6, bits.Len(uint(4*nodes)))
 	if t := st.table.Load(); t != nil && t.bits == n {
 		t.cycle.Add(1)
 		return
@@ -57,11 +61,11 @@ func (st *scoreStash) reset(nodes int) {
 	st.table.Store(t)
 }
 
-// put records the node's score for this cycle, in the first slot of its
+// Put records the node's score for this cycle, in the first slot of its
 // probe sequence not written in this cycle. A slot is claimed for the node by
 // a compare-and-swap of its cycle to claimed, written, and then marked with
 // the cycle: no two nodes ever share a slot's cycle.
-func (st *scoreStash) put(ni fwk.NodeInfo, score int64) {
+func (st *Stash) Put(ni fwk.NodeInfo, score int64) {
 	key, ok := ni.(*framework.NodeInfo)
 	t := st.table.Load()
 	if !ok || t == nil {
@@ -88,8 +92,8 @@ func (st *scoreStash) put(ni fwk.NodeInfo, score int64) {
 	}
 }
 
-// get is the score Filter stashed for the node in this cycle.
-func (st *scoreStash) get(ni fwk.NodeInfo) (int64, bool) {
+// Get is the score Filter stashed for the node in this cycle.
+func (st *Stash) Get(ni fwk.NodeInfo) (int64, bool) {
 	key, ok := ni.(*framework.NodeInfo)
 	t := st.table.Load()
 	if !ok || t == nil {

@@ -1,4 +1,4 @@
-package qgpu
+package fastpath
 
 import (
 	"sync/atomic"
@@ -11,7 +11,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 )
 
-// nodeRefs finds a node's ledger entry from the NodeInfo kube-scheduler
+// Refs finds a node's ledger entry from the NodeInfo kube-scheduler
 // passes to Filter, without the lookup by name, which costs a string hash, a
 // compare and cache misses on every node of every cycle (on 5000 nodes, the
 // largest part of Filter's time after the placement itself). A NodeInfo of
@@ -20,13 +20,13 @@ import (
 // so no other node's NodeInfo can take its address while it is cached.
 //
 // An entry also carries what the node's pods request, for the next cycles
-// while the NodeInfo does not change (found.requested).
+// while the NodeInfo does not change (Found.Requested).
 //
 // The table is open-addressed: a lookup probes a few slots, and a miss looks
 // the name up and claims a free slot with a compare-and-swap. The NodeInfos
 // preemption clones fill slots that no cycle asks for again, so the table
 // starts over when three quarters are taken.
-type nodeRefs struct {
+type Refs struct {
 	taken atomic.Int32
 	slots [nodeRefSlots]atomic.Pointer[nodeRef]
 }
@@ -50,33 +50,33 @@ const (
 	nodeRefProbes = 8
 )
 
-// found is what the table answers for a NodeInfo: the node's ledger entry,
+// Found is what the table answers for a NodeInfo: the node's ledger entry,
 // and the table's entry for the NodeInfo (nil when the table does not hold
 // it).
-type found struct {
+type Found struct {
 	ledger.Ref
 	entry *nodeRef
 }
 
-// get finds the ledger's entry for the node of ni, named name, and adds it
+// Get finds the ledger's entry for the node of ni, named name, and adds it
 // to the table.
-func (c *nodeRefs) get(l *ledger.Ledger, ni fwk.NodeInfo, name string) found {
+func (c *Refs) Get(l *ledger.Ledger, ni fwk.NodeInfo, name string) Found {
 	key, ok := ni.(*framework.NodeInfo)
 	if !ok {
-		return found{Ref: l.Ref(name)}
+		return Found{Ref: l.Ref(name)}
 	}
 	if e := c.lookup(key); e != nil {
-		return found{e.ref, e}
+		return Found{e.ref, e}
 	}
 	ref := l.Ref(name)
 	if !ref.Known() {
-		return found{Ref: ref}
+		return Found{Ref: ref}
 	}
-	return found{ref, c.add(&nodeRef{ni: key, ref: ref}, addressHash(key, nodeRefBits))}
+	return Found{ref, c.add(&nodeRef{ni: key, ref: ref}, addressHash(key, nodeRefBits))}
 }
 
 // lookup is the table's entry for a NodeInfo, or nil.
-func (c *nodeRefs) lookup(key *framework.NodeInfo) *nodeRef {
+func (c *Refs) lookup(key *framework.NodeInfo) *nodeRef {
 	h := addressHash(key, nodeRefBits)
 	for i := range nodeRefProbes {
 		e := c.slots[(h+i)%nodeRefSlots].Load()
@@ -93,7 +93,7 @@ func (c *nodeRefs) lookup(key *framework.NodeInfo) *nodeRef {
 // add claims the first free slot of e's probe sequence and returns the
 // table's entry for e's NodeInfo: e, or the one another goroutine added
 // first; nil when all slots are taken and e stays uncached.
-func (c *nodeRefs) add(e *nodeRef, h int) *nodeRef {
+func (c *Refs) add(e *nodeRef, h int) *nodeRef {
 	if c.taken.Load() >= nodeRefSlots/4*3 {
 		c.reset()
 	}
@@ -111,7 +111,7 @@ func (c *nodeRefs) add(e *nodeRef, h int) *nodeRef {
 }
 
 // reset empties the table. Lookups meanwhile miss and look the name up.
-func (c *nodeRefs) reset() {
+func (c *Refs) reset() {
 	for i := range c.slots {
 		c.slots[i].Store(nil)
 	}
@@ -120,7 +120,7 @@ func (c *nodeRefs) reset() {
 
 // addressHash is the first slot of a NodeInfo's probe sequence in a table of
 // 1<<bits slots, from its address (used as a number only): the top bits of a
-// multiplicative (Fibonacci) hash. nodeRefs and scoreStash both use it.
+// multiplicative (Fibonacci) hash. Refs and Stash both use it.
 func addressHash(key *framework.NodeInfo, bits int) int {
 	a := uint64(uintptr(unsafe.Pointer(key)))
 	return int((a >> 4) * 0x9E3779B97F4A7C15 >> (64 - bits))
