@@ -31,18 +31,27 @@ func merit(r sim.Result) float64 {
 
 // summarizeBy is the mean and sample standard deviation of v over seeds.
 func summarizeBy(rs []sim.Result, v func(sim.Result) float64) stat {
-	var sum float64
-	for _, r := range rs {
-		sum += v(r)
+	vs := make([]float64, len(rs))
+	for i, r := range rs {
+		vs[i] = v(r)
 	}
-	mean := sum / float64(len(rs))
+	return meanSD(vs)
+}
+
+// meanSD is the mean and sample standard deviation of vs.
+func meanSD(vs []float64) stat {
+	var sum float64
+	for _, v := range vs {
+		sum += v
+	}
+	mean := sum / float64(len(vs))
 	var ss float64
-	for _, r := range rs {
-		ss += (v(r) - mean) * (v(r) - mean)
+	for _, v := range vs {
+		ss += (v - mean) * (v - mean)
 	}
 	sd := 0.0
-	if len(rs) > 1 {
-		sd = math.Sqrt(ss / float64(len(rs)-1))
+	if len(vs) > 1 {
+		sd = math.Sqrt(ss / float64(len(vs)-1))
 	}
 	return stat{mean, sd}
 }

@@ -126,7 +126,9 @@ func printSteady(w io.Writer, base sim.Config, policies []placement.Policy, seed
 	fmt.Fprintf(w, "mode %s, %d seeds (%d..%d), offered load %g: GPU allocation %% (time average) and GPU demand rejected %%, mean ± sd\n",
 		base.Mode, len(seeds), seeds[0], seeds[len(seeds)-1], base.Churn.Load)
 	describeStudy(w, base)
-	fmt.Fprintf(w, "%-10s %15s %15s %10s %10s\n", "policy", "allocation", "rejected", "placed", "failed")
+	last := policies[len(policies)-1]
+	fmt.Fprintf(w, "%-10s %15s %15s %10s %10s %22s %22s\n", "policy", "allocation", "rejected", "placed", "failed",
+		"allocation − "+string(last), "rejected − "+string(last))
 	for _, p := range policies {
 		a, r := steady(results[p])
 		var placed, failed int
@@ -134,9 +136,23 @@ func printSteady(w io.Writer, base sim.Config, policies []placement.Policy, seed
 			placed += res.Placed
 			failed += res.Failed
 		}
+		// The same seed draws the same arrivals for every policy, so the
+		// per-seed difference leaves out what the seeds share.
+		da := pairedDiff(results[p], results[last], func(r sim.Result) float64 { return r.Steady.Alloc })
+		dr := pairedDiff(results[p], results[last], func(r sim.Result) float64 { return r.Steady.Rejected })
 		n := float64(len(seeds))
-		fmt.Fprintf(w, "%-10s %15s %15s %10.1f %10.1f\n", p, fmt.Sprintf("%.2f ± %.2f", a.mean, a.sd), fmt.Sprintf("%.2f ± %.2f", r.mean, r.sd), float64(placed)/n, float64(failed)/n)
+		fmt.Fprintf(w, "%-10s %15s %15s %10.1f %10.1f %22s %22s\n", p, fmt.Sprintf("%.2f ± %.2f", a.mean, a.sd), fmt.Sprintf("%.2f ± %.2f", r.mean, r.sd),
+			float64(placed)/n, float64(failed)/n, fmt.Sprintf("%+.2f ± %.2f", da.mean, da.sd), fmt.Sprintf("%+.2f ± %.2f", dr.mean, dr.sd))
 	}
+}
+
+// pairedDiff is the mean and sd over seeds of v(a) − v(b), seed by seed.
+func pairedDiff(a, b []sim.Result, v func(sim.Result) float64) stat {
+	d := make([]float64, len(a))
+	for i := range a {
+		d[i] = v(a[i]) - v(b[i])
+	}
+	return meanSD(d)
 }
 
 // writeSteadyCSV writes one row per policy and seed of the churn replay.

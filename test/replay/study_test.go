@@ -3,6 +3,7 @@ package main
 import (
 	"flag"
 	"io"
+	"math"
 	"strings"
 	"testing"
 
@@ -88,5 +89,22 @@ func TestStudyFlagsApplied(t *testing.T) {
 				t.Error(diff)
 			}
 		})
+	}
+}
+
+// The churn table's difference to the last policy is taken seed by seed,
+// so what the seeds share cancels out.
+func TestPairedDiff(t *testing.T) {
+	steadyAt := func(vs ...float64) []sim.Result {
+		out := make([]sim.Result, len(vs))
+		for i, v := range vs {
+			out[i].Steady = &sim.Steady{Alloc: v}
+		}
+		return out
+	}
+	a, b := steadyAt(90, 94, 92), steadyAt(89, 93, 91.5)
+	got := pairedDiff(a, b, func(r sim.Result) float64 { return r.Steady.Alloc })
+	if math.Abs(got.mean-(1+1+0.5)/3) > 1e-9 || math.Abs(got.sd-math.Sqrt(1.0/12)) > 1e-9 {
+		t.Errorf("paired difference %+v, want mean 0.833 sd 0.289", got)
 	}
 }
