@@ -81,9 +81,10 @@ func (s *selector) byDefault(pod *Pod) bool {
 // chooseDefault is the node kube-scheduler's default profile picks for the
 // pod (-1 if none fits its CPU and memory): the best KubeDefaultScore,
 // ties at random (selectHost's reservoir sampling, seeded). It scores
-// every node; kube-scheduler's adaptive percentageOfNodesToScore, which
-// on a cluster this size scores some 40 % of the feasible nodes from a
-// rotating start, is not modelled.
+// every node; kube-scheduler's adaptive percentageOfNodesToScore, under
+// which on the trace's 1213 nodes it stops filtering once it has found
+// 497 feasible nodes (41 %), starting where the last cycle stopped, is
+// not modelled.
 func (s *selector) chooseDefault(pod *Pod) int {
 	best, bestScore, ties := -1, int64(-1), 0
 	for i := range s.cl.nodes {
