@@ -27,8 +27,9 @@ func checkFailover(f sim.Failover, t sim.Typical, policies []placement.Policy) e
 	return nil
 }
 
-// printFailover compares, per policy, the allocation at 130% arrived of
-// the same seeds (the same arrivals) with a failover and without, and ends
+// printFailover compares, per policy, the figure of merit (merit: the
+// allocation at 130% arrived, or with churn the steady allocation) of the
+// same seeds (the same arrivals) with a failover and without, and ends
 // with "failover diff X" for the last policy (the shipped default with
 // --policy default or all), X the mean over seeds of with minus without.
 func printFailover(w io.Writer, f sim.Failover, policies []placement.Policy, seeds []int64, without, with map[placement.Policy][]sim.Result) {
@@ -38,21 +39,25 @@ func printFailover(w io.Writer, f sim.Failover, policies []placement.Policy, see
 			reached++
 		}
 	}
+	name := "allocation@130"
+	if with[policies[0]][0].Steady != nil {
+		name = "steady allocation"
+	}
 	fmt.Fprintf(w, "failover once %d%% of the GPU capacity is allocated, learner %s: reached in %d of %d seeds (%s)\n",
 		f.Pct, f.Learner, reached, len(seeds), policies[len(policies)-1])
-	fmt.Fprintf(w, "%-10s %26s %8s  %s\n", "policy", "allocation@130 without/with", "diff", "per seed")
+	fmt.Fprintf(w, "%-10s %29s %8s  %s\n", "policy", name+" without/with", "diff", "per seed")
 	var diff float64
 	for _, p := range policies {
 		var per []string
 		diff = 0
 		for i := range seeds {
-			d := with[p][i].Alloc[130] - without[p][i].Alloc[130]
+			d := merit(with[p][i]) - merit(without[p][i])
 			diff += d
 			per = append(per, fmt.Sprintf("%+.2f", d))
 		}
 		diff /= float64(len(seeds))
-		a, b := summarize(without[p], 130), summarize(with[p], 130)
-		fmt.Fprintf(w, "%-10s %26s %+8.2f  %s\n", p, fmt.Sprintf("%.2f / %.2f", a.mean, b.mean), diff, strings.Join(per, " "))
+		a, b := summarizeBy(without[p], merit), summarizeBy(with[p], merit)
+		fmt.Fprintf(w, "%-10s %29s %+8.2f  %s\n", p, fmt.Sprintf("%.2f / %.2f", a.mean, b.mean), diff, strings.Join(per, " "))
 	}
 	fmt.Fprintf(w, "failover diff %.2f\n", diff)
 }

@@ -3,6 +3,8 @@
 //
 //	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--typical trace|online] [--out DIR]
 //	go run ./test/replay --nodes N.csv --pods P.csv --typical online --failover-at 90 [--failover-learner rebuilt|cold] ...
+//	go run ./test/replay ... [--churn-load 1 [--churn-warmup 1] [--churn-window 2]] [--default-cpu-pods 100]
+//	go run ./test/replay ... --policy fragfit [--fragfit-parts card,cpuonly,strand,order] [--strand-weight 1] [--salt-order]
 //	go run ./test/replay validate --traces DIR [--seeds 42-51]
 package main
 
@@ -10,7 +12,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -44,10 +45,14 @@ func main() {
 	var failover sim.Failover
 	flag.IntVar(&failover.Pct, "failover-at", 0, "with --typical online: the scheduler fails over once this % of the GPU capacity is allocated; prints the allocation@130 with it minus without as 'failover diff X' (0: no failover)")
 	flag.StringVar((*string)(&failover.Learner), "failover-learner", string(sim.Rebuilt), "what the new scheduler's learner starts from: rebuilt (every bound pod, as the plugin) or cold (none, the plugin before 2026-11-27)")
+	study := addStudyFlags(flag.CommandLine)
 	flag.Parse()
 	policies, err := parsePolicies(*policyFlag, *profile, sim.Mode(*modeFlag))
+	base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Typical: sim.Typical(*typical), Classes: classes, MaxArrivalPct: 130, Failover: failover}
 	if err == nil {
-		base := sim.Config{Mode: sim.Mode(*modeFlag), Ties: sim.TieBreak(*ties), Typical: sim.Typical(*typical), Classes: classes, MaxArrivalPct: 130, Failover: failover}
+		err = study.apply(&base, policies)
+	}
+	if err == nil {
 		err = run(*nodesPath, *podsPath, policies, *seedsFlag, base, *out)
 	}
 	if err != nil {
@@ -93,20 +98,14 @@ func run(nodesPath, podsPath string, policies []placement.Policy, seedsFlag stri
 	failover := base.Failover
 	base.Failover = sim.Failover{}
 	results := replayAll(nodes, pods, base, policies, seeds)
-	printTable(os.Stdout, base, policies, seeds, results)
-	if out != "" {
-		if err := os.MkdirAll(out, 0o755); err != nil {
-			return err
-		}
-		if err := writeCSV(filepath.Join(out, "replay-"+string(mode)+".csv"), policies, seeds, results); err != nil {
-			return err
-		}
-		if err := writePlot(filepath.Join(out, "replay-"+string(mode)+".png"), plotTitle(podsPath, mode, seedsFlag), policies, results); err != nil {
-			return err
-		}
+	if base.Churn.On() {
+		err = reportSteady(base, policies, seeds, results, out)
+	} else {
+		err = reportCurve(base, policies, seeds, results, out, plotTitle(podsPath, mode, seedsFlag))
 	}
-	last := summarize(results[policies[len(policies)-1]], 130)
-	fmt.Printf("allocation@130 mean %.2f sd %.2f\n", last.mean, last.sd)
+	if err != nil {
+		return err
+	}
 	if failover.Pct > 0 {
 		base.Failover = failover
 		printFailover(os.Stdout, failover, policies, seeds, results, replayAll(nodes, pods, base, policies, seeds))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"strconv"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
@@ -16,25 +17,69 @@ type stat struct{ mean, sd float64 }
 
 // summarize is the mean and sample standard deviation over seeds at pct.
 func summarize(rs []sim.Result, pct int) stat {
-	var sum float64
-	for _, r := range rs {
-		sum += r.Alloc[pct]
+	return summarizeBy(rs, func(r sim.Result) float64 { return r.Alloc[pct] })
+}
+
+// merit is a replay's figure of merit: the allocation at 130 % arrived,
+// or with churn the time-average allocation in steady state.
+func merit(r sim.Result) float64 {
+	if r.Steady != nil {
+		return r.Steady.Alloc
 	}
-	mean := sum / float64(len(rs))
+	return r.Alloc[130]
+}
+
+// summarizeBy is the mean and sample standard deviation of v over seeds.
+func summarizeBy(rs []sim.Result, v func(sim.Result) float64) stat {
+	vs := make([]float64, len(rs))
+	for i, r := range rs {
+		vs[i] = v(r)
+	}
+	return meanSD(vs)
+}
+
+// meanSD is the mean and sample standard deviation of vs.
+func meanSD(vs []float64) stat {
+	var sum float64
+	for _, v := range vs {
+		sum += v
+	}
+	mean := sum / float64(len(vs))
 	var ss float64
-	for _, r := range rs {
-		ss += (r.Alloc[pct] - mean) * (r.Alloc[pct] - mean)
+	for _, v := range vs {
+		ss += (v - mean) * (v - mean)
 	}
 	sd := 0.0
-	if len(rs) > 1 {
-		sd = math.Sqrt(ss / float64(len(rs)-1))
+	if len(vs) > 1 {
+		sd = math.Sqrt(ss / float64(len(vs)-1))
 	}
 	return stat{mean, sd}
+}
+
+// reportCurve prints the paper protocol's table and its last line, and
+// writes its CSV and plot under out.
+func reportCurve(base sim.Config, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result, out, title string) error {
+	printTable(os.Stdout, base, policies, seeds, results)
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil {
+			return err
+		}
+		if err := writeCSV(filepath.Join(out, "replay-"+string(base.Mode)+".csv"), policies, seeds, results); err != nil {
+			return err
+		}
+		if err := writePlot(filepath.Join(out, "replay-"+string(base.Mode)+".png"), title, policies, results); err != nil {
+			return err
+		}
+	}
+	last := summarize(results[policies[len(policies)-1]], 130)
+	fmt.Printf("allocation@130 mean %.2f sd %.2f\n", last.mean, last.sd)
+	return nil
 }
 
 func printTable(w io.Writer, base sim.Config, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result) {
 	fmt.Fprintf(w, "mode %s, %d seeds (%d..%d): GPU allocation %% (mean ± sd) at arrived GPU demand %% of capacity\n",
 		base.Mode, len(seeds), seeds[0], seeds[len(seeds)-1])
+	describeStudy(w, base)
 	classes := base.Classes.SharedPct > 0
 	if classes {
 		fmt.Fprintf(w, "%d%% of the nodes mixed, %d%% of the pods taking part of a card online or offline; general pods %s\n",

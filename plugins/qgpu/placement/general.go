@@ -20,7 +20,7 @@ func placeGeneral(cards []ledger.Card, req *request.Request, policy Policy, env 
 			continue
 		}
 		var best int
-		if policy == FGD && env.hasWorkload() {
+		if (policy == FGD || policy == FragFit && env.fragFit().FGDCard) && env.hasWorkload() {
 			best = fgdCard(cards, req, c, env, out[start:])
 		} else {
 			best = bestShared(cards, req, c, policy, out[start:])

@@ -69,6 +69,9 @@ type Env struct {
 	// Evaluate measures it.
 	Before      float64
 	BeforeKnown bool
+	// FragFit switches parts of fragfit off (the trace replay's
+	// robustness study); the zero value is fragfit as shipped.
+	FragFit FragFitOptions
 }
 
 func (e *Env) hasWorkload() bool { return e != nil && e.Workload != nil && len(e.Workload.shapes) > 0 }

@@ -66,11 +66,12 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	start := len(out)
 	frag := MeasuresFrag(nodePolicy, req, env)
 	var before, cpuPerMilli float64
+	opts := env.fragFit()
 	if frag {
 		before = fragBefore(cards, env)
-		if nodePolicy == FragFit {
+		if nodePolicy == FragFit && opts.strandWeight() != 0 {
 			cpuPerMilli = env.cpuPerMilli(cards)
-			before += strandAt(cards, env.CPULeft, cpuPerMilli)
+			before += opts.strandWeight() * strandAt(cards, env.CPULeft, cpuPerMilli)
 		}
 	}
 	placed, reason := PlaceIn(cards, mixed, req, cardPolicy, env, out)
@@ -82,12 +83,12 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 	case frag && nodePolicy == FGD:
 		score = fgdScore(before, envFrag(cards, env, env.cpuLeftAfter()))
 	case frag && nodePolicy == FragFit:
-		after := envFrag(cards, env, env.cpuLeftAfter()) + strandAt(cards, env.cpuLeftAfter(), cpuPerMilli)
-		score = fragFitRaw(before, after, cards, env.rank(), req.CPUOnly())
+		after := envFrag(cards, env, env.cpuLeftAfter()) + opts.strandWeight()*strandAt(cards, env.cpuLeftAfter(), cpuPerMilli)
+		score = fragFitRaw(before, after, cards, opts.rank(env), req.CPUOnly() && !opts.NoCPUOnlyFit)
 	case req.CPUOnly() && nodePolicy == FragFit:
 		// No workload learned yet: nothing to measure, so FGD's score is
 		// the same everywhere and the fit decides (fewest free cards).
-		score = fragFitRaw(0, 0, cards, env.rank(), true)
+		score = fragFitRaw(0, 0, cards, opts.rank(env), !opts.NoCPUOnlyFit)
 	case req.Class == protocol.ClassGeneral && (nodePolicy == BestFit || nodePolicy.fragAware()):
 		score = bestFitScore(cards, env)
 	default:

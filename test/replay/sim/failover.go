@@ -9,9 +9,8 @@ import (
 
 // Failover replaces the scheduler's learner part-way through a replay, as
 // a restart or a leader failover replaces the scheduler process: the pods
-// placed stay where they are (the replay has no departures, so every pod
-// placed is bound), and the new scheduler's learner starts from what it
-// finds.
+// placed stay where they are (every pod placed and not yet departed is
+// bound), and the new scheduler's learner starts from what it finds.
 type Failover struct {
 	// Pct is the GPU allocated, in % of capacity, at which the scheduler
 	// fails over (after the first pod placed that reaches it); 0: never.
@@ -59,6 +58,8 @@ func (f Failover) due(allocated, capacity int64) bool {
 type boundPod struct {
 	req *request.Request
 	cpu int64
+	// gone marks a pod that has left (Churn).
+	gone bool
 }
 
 // failover gives the selector the learner a new scheduler would have.
@@ -66,7 +67,9 @@ func (s *selector) failover(from FailoverLearner) {
 	l := learned.NewLearner()
 	if from == Rebuilt {
 		for _, p := range s.bound {
-			l.Observe(p.req, p.cpu)
+			if !p.gone {
+				l.Observe(p.req, p.cpu)
+			}
 		}
 		l.Publish()
 	}

@@ -3,6 +3,7 @@ package sim
 import (
 	"math/rand"
 	"slices"
+	"strconv"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -38,6 +39,15 @@ type selector struct {
 	// bound are the pods placed, what a restarted scheduler finds bound
 	// (kept when learning online, for failover).
 	bound []boundPod
+	// fragFit switches parts of fragfit off (Config.FragFit).
+	fragFit placement.FragFitOptions
+	// defaultPct of the CPU-only pods go to kube-scheduler's default
+	// profile (Config.DefaultCPUPct), its ties drawn from kubeRng.
+	defaultPct int
+	kubeRng    *rand.Rand
+	// keep makes commit record what each pod takes of its cards, for
+	// its departure (Churn).
+	keep bool
 }
 
 // TieBreak is how the replay picks among nodes with the best score.
@@ -59,6 +69,14 @@ func newSelector(cl *cluster, policy placement.Policy, work *placement.Workload,
 		s.ranks[i] = placement.NodeRank(cl.nodes[i].Name)
 	}
 	return s
+}
+
+// saltRanks replaces the nodes' fixed ranks by those of their names
+// salted with the seed: the same kind of order, another one per seed.
+func (s *selector) saltRanks(seed int64) {
+	for i := range s.ranks {
+		s.ranks[i] = placement.NodeRank(strconv.FormatInt(seed, 10) + "/" + s.cl.nodes[i].Name)
+	}
 }
 
 // Env is what the plugin's Score passes for a node: its CPU, rank and the workload.
@@ -90,7 +108,7 @@ func (s *selector) evaluate(i int, pod *Pod, req *request.Request, work *placeme
 	}
 	copy(s.scratch[i], s.cl.cards[i])
 	env := Env(work, s.cl.cpuLeft[i], s.cl.nodes[i].CPUMilli, pod.CPUMilli)
-	env.Rank = s.ranks[i]
+	env.Rank, env.FragFit = s.ranks[i], s.fragFit
 	var reason string
 	var score int64
 	mixed := s.mixed[i] && (req.Class != protocol.ClassGeneral || !s.mixedAlike)
@@ -144,12 +162,28 @@ func topNodes(cand []int, scores []int64) []int {
 
 // place puts the pod on the best node and reports whether one fitted.
 func (s *selector) place(pod *Pod, req *request.Request) bool {
+	_, ok := s.placeHolding(pod, req)
+	return ok
+}
+
+// placeHolding places the pod, by kube-scheduler's default profile when
+// it places that pod (byDefault), else by the policy, and returns what it
+// holds.
+func (s *selector) placeHolding(pod *Pod, req *request.Request) (holding, bool) {
+	if s.byDefault(pod) {
+		n := s.chooseDefault(pod)
+		if n < 0 {
+			return holding{}, false
+		}
+		h := holding{node: n}
+		s.book(n, pod, req, &h)
+		return h, true
+	}
 	n := s.choose(pod, req)
 	if n < 0 {
-		return false
+		return holding{}, false
 	}
-	s.commit(n, pod, req)
-	return true
+	return s.commit(n, pod, req), true
 }
 
 // choose is the node with the best score (-1 if none fits), ties broken by
@@ -177,12 +211,76 @@ func (s *selector) choose(pod *Pod, req *request.Request) int {
 
 // commit takes node n's cards after the pod from scratch, books its CPU and
 // memory, and lets the learner see the pod, as Reserve does.
-func (s *selector) commit(n int, pod *Pod, req *request.Request) {
+func (s *selector) commit(n int, pod *Pod, req *request.Request) holding {
+	h := holding{node: n}
+	if s.keep {
+		h.cards = takes(s.cl.cards[n], s.scratch[n])
+	}
 	copy(s.cl.cards[n], s.scratch[n])
+	s.book(n, pod, req, &h)
+	return h
+}
+
+// book takes the pod's CPU and memory from node n and lets the learner
+// see the pod bound there.
+func (s *selector) book(n int, pod *Pod, req *request.Request, h *holding) {
 	s.cl.cpuLeft[n] -= pod.CPUMilli
 	s.cl.memLeft[n] -= pod.MemoryMiB
+	h.cpu, h.mem, h.bound = pod.CPUMilli, pod.MemoryMiB, -1
 	if s.learner != nil {
 		s.learner.Observe(req, pod.CPUMilli)
-		s.bound = append(s.bound, boundPod{req, pod.CPUMilli})
+		h.bound = len(s.bound)
+		s.bound = append(s.bound, boundPod{req: req, cpu: pod.CPUMilli})
 	}
+}
+
+// release gives back what a departing pod held; the learner keeps its
+// shape, as the plugin's does (typical.Learner.Forget), but a scheduler
+// that starts after the departure no longer finds the pod bound.
+func (s *selector) release(h holding) {
+	s.cl.cpuLeft[h.node] += h.cpu
+	s.cl.memLeft[h.node] += h.mem
+	for _, t := range h.cards {
+		c := &s.cl.cards[h.node][t.card]
+		c.UsedMemoryGiB -= t.mem
+		c.UsedCores -= t.cores
+		c.UsedGreedy -= t.greedy
+		c.General -= t.general
+		c.Online -= t.online
+		c.Offline -= t.offline
+	}
+	if h.bound >= 0 {
+		s.bound[h.bound].gone = true
+	}
+}
+
+// holding is what a placed pod holds on its node.
+type holding struct {
+	node     int
+	cpu, mem int64
+	// cards is what the pod took of each card (recorded with keep).
+	cards []cardTake
+	// bound indexes the pod in selector.bound, -1 if not kept there.
+	bound int
+}
+
+// cardTake is what a pod took of one card.
+type cardTake struct {
+	card                     int
+	mem, cores, greedy       int64
+	general, online, offline int
+}
+
+// takes is what a pod took of each card, from the cards before and after.
+func takes(before, after []ledger.Card) []cardTake {
+	var out []cardTake
+	for i := range before {
+		b, a := &before[i], &after[i]
+		t := cardTake{card: i, mem: a.UsedMemoryGiB - b.UsedMemoryGiB, cores: a.UsedCores - b.UsedCores,
+			greedy: a.UsedGreedy - b.UsedGreedy, general: a.General - b.General, online: a.Online - b.Online, offline: a.Offline - b.Offline}
+		if t != (cardTake{card: i}) {
+			out = append(out, t)
+		}
+	}
+	return out
 }

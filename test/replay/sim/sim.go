@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"math"
 	"math/rand"
 	"slices"
@@ -34,6 +35,21 @@ type Config struct {
 	// only) once the GPU allocated reaches Pct % of capacity, as a
 	// scheduler restart or a leader failover does (failover.go).
 	Failover Failover
+	// FragFit switches parts of fragfit off or reweighs its stranded term
+	// (the robustness study); the zero value is fragfit as shipped.
+	FragFit placement.FragFitOptions
+	// DefaultCPUPct is the share, in %, of the CPU-only pods that
+	// kube-scheduler's default profile places instead of the policy
+	// (kubedefault.go), as in a cluster where they are not sent to
+	// qgpu-scheduler.
+	DefaultCPUPct int
+	// Churn, when on, replaces the paper's protocol by arrivals and
+	// departures measured in steady state (churn.go).
+	Churn Churn
+	// SaltRank salts fragfit's fixed node rank with the seed, so that the
+	// order among the nodes it rates alike changes from seed to seed as
+	// the arrivals do (the shipped rank is a hash of the name alone).
+	SaltRank bool
 }
 
 // Typical is the source of the typical pod shapes.
@@ -61,6 +77,9 @@ type Result struct {
 	// FailedOver is the arrival (index in the arrival order) after which
 	// the learner was replaced; -1 if it never was.
 	FailedOver int
+	// Steady is the churn replay's measure; nil, and Alloc empty, unless
+	// Config.Churn is on.
+	Steady *Steady
 }
 
 // cluster is the replay's state, one entry per node.
@@ -164,8 +183,9 @@ type portPlacer struct{ *portSelector }
 
 func (p portPlacer) place(pod *Pod, _ *request.Request) bool { return p.portSelector.place(pod) }
 
-// Run replays one configuration; a port in qgpu mode is refused by the
-// caller (ValidPolicy).
+// Run replays one configuration; a port in qgpu mode, or with churn or
+// CPU-only pods placed by kube-scheduler's default profile, is refused by
+// the caller.
 func Run(cfg Config) Result {
 	rng := rand.New(rand.NewSource(cfg.Seed))
 	conv := NewConverter(cfg.Mode, cfg.Nodes)
@@ -183,26 +203,33 @@ func Run(cfg Config) Result {
 			general = append(general, cfg.Pods[i])
 		}
 	}
-	arrivals := Arrivals(cfg.Pods, capacity, cfg.MaxArrivalPct, rng)
-	order := NodeOrder(cfg.Nodes, rng)
-	var s placer
-	if IsPort(cfg.Policy) {
-		s = portPlacer{newPortSelector(cl, cfg.Policy, order, rng, typicalShapes(cfg.Pods))}
+	var arrivals []int
+	var timed []arrival
+	if cfg.Churn.On() {
+		timed = churnArrivals(cfg.Pods, capacity, cfg.Churn, rng)
 	} else {
-		ties := cfg.Ties
-		if ties == "" {
-			ties = FirstNode
-		}
-		sel := newSelector(cl, cfg.Policy, nil, order, rand.New(rand.NewSource(cfg.Seed+1)), ties)
-		sel.mixed, sel.mixedAlike = cfg.Classes.mixedNodes(cfg.Nodes), cfg.Classes.MixedAlike
-		if cfg.Typical == Online {
-			sel.learner = learned.NewLearner()
-		} else {
-			sel.work = conv.Workload(general)
-		}
-		s = sel
+		arrivals = Arrivals(cfg.Pods, capacity, cfg.MaxArrivalPct, rng)
 	}
-	return replay(cfg, s, reqs, arrivals, capacity)
+	order := NodeOrder(cfg.Nodes, rng)
+	if IsPort(cfg.Policy) {
+		return replay(cfg, portPlacer{newPortSelector(cl, cfg.Policy, order, rng, typicalShapes(cfg.Pods))}, reqs, arrivals, capacity)
+	}
+	sel := newSelector(cl, cfg.Policy, nil, order, rand.New(rand.NewSource(cfg.Seed+1)), cmp.Or(cfg.Ties, FirstNode))
+	sel.mixed, sel.mixedAlike = cfg.Classes.mixedNodes(cfg.Nodes), cfg.Classes.MixedAlike
+	sel.fragFit, sel.defaultPct, sel.keep = cfg.FragFit, cfg.DefaultCPUPct, cfg.Churn.On()
+	sel.kubeRng = rand.New(rand.NewSource(cfg.Seed + 2))
+	if cfg.SaltRank {
+		sel.saltRanks(cfg.Seed)
+	}
+	if cfg.Typical == Online {
+		sel.learner = learned.NewLearner()
+	} else {
+		sel.work = conv.Workload(general)
+	}
+	if cfg.Churn.On() {
+		return replayChurn(cfg, sel, reqs, timed, capacity)
+	}
+	return replay(cfg, sel, reqs, arrivals, capacity)
 }
 
 // replay feeds the arrivals to the placer and records the allocation curve.

@@ -274,3 +274,26 @@ func TestReadErrors(t *testing.T) {
 		})
 	}
 }
+
+// fragfit with none of its parts is FGD: the same node for every pod on
+// the trace's shapes with the simulator's tie-break.
+func TestFragFitWithoutPartsIsFGD(t *testing.T) {
+	nodes, pods := load(t)
+	for i := range nodes {
+		nodes[i].CPUMilli /= 4 // CPU short of the cards, so that the parts matter
+	}
+	for _, mode := range []Mode{Paper, QGPU} {
+		cfg := Config{Nodes: nodes, Pods: pods, Mode: mode, Seed: 42, MaxArrivalPct: 130, Policy: placement.FGD}
+		fgd := Run(cfg)
+		cfg.Policy = placement.FragFit
+		shipped := Run(cfg)
+		cfg.FragFit = placement.FragFitOptions{FGDCard: true, NoCPUOnlyFit: true, NoStrand: true, NoRank: true}
+		none := Run(cfg)
+		if diff := cmp.Diff(fgd, none); diff != "" {
+			t.Errorf("%s: fragfit without its parts against fgd: %s", mode, diff)
+		}
+		if cmp.Equal(shipped, fgd) {
+			t.Errorf("%s: fragfit as shipped replays as fgd: the case cannot tell the parts", mode)
+		}
+	}
+}
