@@ -35,13 +35,7 @@ func TestClaimsKeptThroughUncertainBind(t *testing.T) {
 			if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			state := framework.NewCycleState()
-			if _, st := p.PreFilter(ctx, state, pod, nil); !st.IsSuccess() {
-				t.Fatal(st)
-			}
-			if st := p.Reserve(ctx, state, pod, "n1"); !st.IsSuccess() {
-				t.Fatal(st)
-			}
+			state := reservedCycle(t, p, pod, "n1")
 			if st := p.PreBind(ctx, state, pod, "n1"); !st.IsSuccess() {
 				t.Fatal(st)
 			}

@@ -112,6 +112,21 @@ func draPod(name, claim string) *v1.Pod {
 	}
 }
 
+// reservedCycle runs PreFilter and Reserve of pod on node, as a scheduling
+// cycle does before it binds; the caller goes on with PreBind.
+func reservedCycle(t *testing.T, p *QGPU, pod *v1.Pod, node string) fwk.CycleState {
+	t.Helper()
+	ctx := context.Background()
+	cs := framework.NewCycleState()
+	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	if st := p.Reserve(ctx, cs, pod, node); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	return cs
+}
+
 func readClaim(t *testing.T, p *QGPU, name string) *resourceapi.ResourceClaim {
 	t.Helper()
 	c, err := p.handle.ClientSet().ResourceV1().ResourceClaims("default").Get(context.Background(), name, metav1.GetOptions{})
@@ -189,13 +204,7 @@ func TestClaimsUnreserveReleases(t *testing.T) {
 	if _, err := p.handle.ClientSet().CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cs := framework.NewCycleState()
-	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	if st := p.Reserve(ctx, cs, pod, "n1"); !st.IsSuccess() {
-		t.Fatal(st)
-	}
+	cs := reservedCycle(t, p, pod, "n1")
 	if st := p.PreBind(ctx, cs, pod, "n1"); !st.IsSuccess() {
 		t.Fatal(st)
 	}
@@ -209,13 +218,7 @@ func TestClaimsUnreserveReleases(t *testing.T) {
 	}
 
 	// Someone else allocates it before PreBind.
-	cs = framework.NewCycleState()
-	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	if st := p.Reserve(ctx, cs, pod, "n1"); !st.IsSuccess() {
-		t.Fatal(st)
-	}
+	cs = reservedCycle(t, p, pod, "n1")
 	other := after.DeepCopy()
 	other.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
 		Request: "gpu", Driver: protocol.DRADriver, Pool: "n1", Device: "gpu-0"}}}}
@@ -285,13 +288,7 @@ func TestClaimsGateOff(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	state := framework.NewCycleState()
-	if _, st := p.PreFilter(ctx, state, pod, nil); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	if st := p.Reserve(ctx, state, pod, "n1"); !st.IsSuccess() {
-		t.Fatal(st)
-	}
+	state := reservedCycle(t, p, pod, "n1")
 	st := p.PreBind(ctx, state, pod, "n1")
 	if st.IsSuccess() || !strings.Contains(st.Message(), "DRAConsumableCapacity") {
 		t.Fatalf("PreBind on an apiserver without the gate: %v", st)
