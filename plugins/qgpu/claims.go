@@ -179,16 +179,12 @@ func keptCapacity(c *resourceapi.ResourceClaim) bool {
 	return true
 }
 
-// capacityDropped takes back an allocation the apiserver stored without
-// its capacity (allocatedBy cannot recognise it: no share ID) and names
-// the gate.
+// capacityDropped takes back the allocation the apiserver just stored
+// without its capacity (allocatedBy cannot recognise it: no share ID) and
+// names the gate.
 func (p *QGPU) capacityDropped(ctx context.Context, ref request.ClaimRef, pod *v1.Pod) error {
-	_, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
-		c.Status.Allocation = nil
-		c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
-		return nil
-	})
-	if err != nil {
+	capacityless := func(c *resourceapi.ResourceClaim) bool { return c.Status.Allocation != nil && !keptCapacity(c) }
+	if err := p.takeBack(ctx, ref, pod, capacityless); err != nil {
 		klog.FromContext(ctx).Error(err, "Taking back a qGPU claim stored without its capacity", "claim", klog.KRef(ref.Namespace, ref.Name))
 	}
 	return fmt.Errorf("claim %s/%s: the apiserver dropped the allocation's shareID and consumedCapacity: "+
@@ -197,50 +193,52 @@ func (p *QGPU) capacityDropped(ctx context.Context, ref request.ClaimRef, pod *v
 
 // releaseClaims undoes allocateClaims for the claims this plugin allocated
 // for this pod; best effort: a claim left allocated keeps the pod's next
-// cycle waiting (ErrClaimPending) until the resource-claim controller or
-// this plugin's next Unreserve clears it.
+// cycle waiting until that cycle releases it (releaseStale).
 func (p *QGPU) releaseClaims(ctx context.Context, s *cycleState, pod *v1.Pod) {
 	for _, ref := range s.req.Claims {
-		_, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
-			if !allocatedBy(c, ref) {
-				return errNothingToDo
-			}
-			c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
-			if len(c.Status.ReservedFor) == 0 {
-				c.Status.Allocation = nil
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, errNothingToDo) {
+		if err := p.takeBack(ctx, ref, pod, mine(ref)); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing a qGPU claim after a failed binding", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
 		}
 	}
 }
-
-var errNothingToDo = errors.New("nothing to do")
 
 // releaseStale takes back an allocation this plugin wrote for pod in a
 // cycle that never bound it (the scheduler died between PreBind and Bind,
 // or before Unreserve finished). The claim's update requeues the pod
 // (isSchedulableAfterClaimChange).
 func (p *QGPU) releaseStale(ctx context.Context, ref request.ClaimRef, pod *v1.Pod) {
-	_, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
-		if !allocatedBy(c, ref) {
-			return errNothingToDo
-		}
-		c.Status.Allocation, c.Status.ReservedFor = nil, nil
-		return nil
-	})
-	if err != nil && !errors.Is(err, errNothingToDo) {
+	if err := p.takeBack(ctx, ref, pod, mine(ref)); err != nil {
 		klog.FromContext(ctx).Error(err, "Releasing a qGPU claim a dead cycle left allocated", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
 		return
 	}
 	klog.FromContext(ctx).V(2).Info("Released a qGPU claim a dead cycle left allocated", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
 }
 
+// takeBack drops pod from the claim's consumers and, with none left, the
+// allocation, if whose says the allocation is the one to take back;
+// nothing otherwise.
+func (p *QGPU) takeBack(ctx context.Context, ref request.ClaimRef, pod *v1.Pod, whose func(*resourceapi.ResourceClaim) bool) error {
+	_, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
+		if !whose(c) {
+			return errNothingToDo
+		}
+		c.Status.ReservedFor = slices.DeleteFunc(c.Status.ReservedFor, func(r resourceapi.ResourceClaimConsumerReference) bool { return r.UID == pod.UID })
+		if len(c.Status.ReservedFor) == 0 {
+			c.Status.Allocation = nil
+		}
+		return nil
+	})
+	if errors.Is(err, errNothingToDo) {
+		return nil
+	}
+	return err
+}
+
+var errNothingToDo = errors.New("nothing to do")
+
 // writeClaim applies change to the claim's latest version and writes its
-// status, retrying on conflicts, and returns what the apiserver stored; the claim must still have ref's UID, and
-// it carries the finalizer that makes the resource-claim controller
+// status, retrying on conflicts, and returns what the apiserver stored;
+// the claim must still have ref's UID, and it carries the finalizer that makes the resource-claim controller
 // deallocate it once its last consumer is gone (as upstream's allocator
 // does).
 func (p *QGPU) writeClaim(ctx context.Context, ref request.ClaimRef, change func(*resourceapi.ResourceClaim) error) (*resourceapi.ResourceClaim, error) {
@@ -272,6 +270,11 @@ func (p *QGPU) writeClaim(ctx context.Context, ref request.ClaimRef, change func
 		return err
 	})
 	return stored, err
+}
+
+// mine is allocatedBy for ref.
+func mine(ref request.ClaimRef) func(*resourceapi.ResourceClaim) bool {
+	return func(c *resourceapi.ResourceClaim) bool { return allocatedBy(c, ref) }
 }
 
 // allocatedBy reports whether the claim holds this plugin's allocation for

@@ -241,8 +241,10 @@ func TestDRAOnlyQGPUSchedulerAllocates(t *testing.T) {
 	if err := allocate(qgpuScheduler, protocol.DRADriver); err != nil {
 		t.Fatalf("qgpu-scheduler allocating its device: %v", err)
 	}
-	// The resource-claim controller's deallocation passes.
-	if err := clear(impersonate(t, cp, "system:serviceaccount:kube-system:resource-claim-controller")); err != nil && !strings.Contains(err.Error(), "forbidden: User") {
-		t.Errorf("deallocation refused by the policy: %v", err)
+	// A deallocation by another identity passes (the resource-claim
+	// controller's; here the default scheduler's, which RBAC lets write
+	// claim status): it removes the results, it adds none.
+	if err := clear(impersonate(t, cp, "system:kube-scheduler")); err != nil {
+		t.Errorf("deallocation by another identity: %v", err)
 	}
 }
