@@ -13,6 +13,8 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/qgpu-scheduler/qgpu/agent/dra"
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
 	"github.com/qgpu-scheduler/qgpu/agent/pods"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
@@ -48,6 +50,28 @@ func (c *Config) validateDRA() []error {
 	return errs
 }
 
+// claimDriver is the driver that prepares the node's claims, its checkpoint
+// loaded and the claims gone since cleaned up; errors it cannot recover
+// from go to fatal.
+func (a *agent) claimDriver(ctx context.Context, driver *nvml.Driver, nodeCfg *nodeconfig.Config, specs *enforce.CDISpecs, fatal chan<- error) (*dra.Driver, error) {
+	claims, err := dra.NewDriver(a.cfg.NodeName, dra.DriverConfig{
+		Cards: a.tracker.Cards, Grantable: a.grantable(driver), Backend: nodeCfg.Current, CDI: specs,
+		Checkpoint: dra.Checkpoint{Path: a.cfg.checkpointPath()},
+		Fatal: func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		}})
+	if err != nil {
+		return nil, err
+	}
+	if err := claims.CleanupStale(ctx, a.cfg.Client); err != nil {
+		klog.FromContext(ctx).Error(err, "Cleaning up the prepared claims that no longer exist; the next start tries again")
+	}
+	return claims, nil
+}
+
 // checkpointPath is --dra-checkpoint, else the driver's directory's.
 func (c *Config) checkpointPath() string {
 	if c.DRACheckpoint != "" {
@@ -80,20 +104,9 @@ func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net
 		return err
 	}
 	fatal := make(chan error, 1)
-	claims, err := dra.NewDriver(a.cfg.NodeName, dra.DriverConfig{
-		Cards: a.tracker.Cards, Grantable: a.grantable(driver), Backend: nodeCfg.Current, CDI: specs,
-		Checkpoint: dra.Checkpoint{Path: a.cfg.checkpointPath()},
-		Fatal: func(err error) {
-			select {
-			case fatal <- err:
-			default:
-			}
-		}})
+	claims, err := a.claimDriver(ctx, driver, nodeCfg, specs, fatal)
 	if err != nil {
 		return err
-	}
-	if err := claims.CleanupStale(ctx, a.cfg.Client); err != nil {
-		klog.FromContext(ctx).Error(err, "Cleaning up the prepared claims that no longer exist; the next start tries again")
 	}
 	plugin, err := dra.StartPlugin(ctx, dra.PluginConfig{Node: a.cfg.NodeName, Client: a.cfg.Client,
 		PluginsDir: a.cfg.KubeletPluginsDir, RegistryDir: a.cfg.KubeletRegistryDir, Cards: a.tracker.Cards,
