@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -102,7 +103,9 @@ func (p *QGPU) claimStatus(ctx context.Context, pod *v1.Pod, req *request.Reques
 	var allocated *request.AllocatedClaimError
 	switch {
 	case errors.As(err, &allocated) && allocated.Stale:
-		p.releaseStale(ctx, allocated.Ref, pod)
+		// Off the scheduling goroutine: PreFilter makes no API calls; the
+		// claim's update requeues the pod.
+		go p.releaseStale(context.WithoutCancel(ctx), allocated.Ref, pod)
 		p.rejections.rejected(pointPreFilter, reasonClaimPending)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	case errors.Is(err, request.ErrClaimPending):
@@ -207,6 +210,8 @@ func (p *QGPU) releaseClaims(ctx context.Context, s *cycleState, pod *v1.Pod) {
 // or before Unreserve finished). The claim's update requeues the pod
 // (isSchedulableAfterClaimChange).
 func (p *QGPU) releaseStale(ctx context.Context, ref request.ClaimRef, pod *v1.Pod) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	if err := p.takeBack(ctx, ref, pod, mine(ref)); err != nil {
 		klog.FromContext(ctx).Error(err, "Releasing a qGPU claim a dead cycle left allocated", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
 		return

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
@@ -61,7 +62,10 @@ func TestClaimsKeptThroughUncertainBind(t *testing.T) {
 			if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "releasing it") {
 				t.Fatalf("next cycle's PreFilter: %v, want the stale allocation released", st)
 			}
-			if c := readClaim(t, p, "u1"); c.Status.Allocation != nil || len(c.Status.ReservedFor) != 0 {
+			released := func(c *resourceapi.ResourceClaim) bool {
+				return c.Status.Allocation == nil && len(c.Status.ReservedFor) == 0
+			}
+			if c := settledClaim(t, p, "u1", released); !released(c) {
 				t.Fatalf("after the next cycle: claim status %+v, want released", c.Status)
 			}
 		})

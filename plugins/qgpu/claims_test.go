@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -125,6 +126,20 @@ func reservedCycle(t *testing.T, p *QGPU, pod *v1.Pod, node string) fwk.CycleSta
 		t.Fatal(st)
 	}
 	return cs
+}
+
+// settledClaim reads the claim until want holds, for at most 2 s (the
+// stale release runs off the scheduling goroutine), and returns it: long
+// enough too for a release that must not happen to have happened.
+func settledClaim(t *testing.T, p *QGPU, name string, want func(*resourceapi.ResourceClaim) bool) *resourceapi.ResourceClaim {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	c := readClaim(t, p, name)
+	for !want(c) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+		c = readClaim(t, p, name)
+	}
+	return c
 }
 
 func readClaim(t *testing.T, p *QGPU, name string) *resourceapi.ResourceClaim {
@@ -326,7 +341,8 @@ func TestClaimsStaleAllocationReleased(t *testing.T) {
 		if st.Code() != fwk.Unschedulable || !strings.Contains(st.Message(), "is allocated") {
 			t.Errorf("%s: %v, want Unschedulable (waiting)", tc.claim, st)
 		}
-		if got := readClaim(t, p, tc.claim).Status.Allocation == nil; got != tc.released {
+		c := settledClaim(t, p, tc.claim, func(c *resourceapi.ResourceClaim) bool { return (c.Status.Allocation == nil) == tc.released })
+		if got := c.Status.Allocation == nil; got != tc.released {
 			t.Errorf("%s: released %v, want %v", tc.claim, got, tc.released)
 		}
 	}
