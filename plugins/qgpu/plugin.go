@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -34,6 +35,8 @@ type QGPU struct {
 	nodePolicy placement.Policy
 	cardPolicy placement.Policy
 	synced     []cache.InformerSynced
+	// allSynced is set once every synced func reported true (waitSynced).
+	allSynced atomic.Bool
 	// workload is learned from the pods placed, for fgd and fragfit.
 	workload *typical.Learner
 	// frags remembers each node's fragmentation between cycles.

@@ -36,7 +36,7 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		return nil, p.cpuOnlyCycle(ctx, cs, pod, len(nodes))
 	}
 	// A restarted scheduler must not place against a half-rebuilt ledger.
-	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+	if !p.waitSynced(ctx) {
 		return nil, fwk.AsStatus(ctx.Err())
 	}
 	if h, ok := p.ledger.Holding(pod.UID); ok && h.Uncertain {
@@ -70,12 +70,33 @@ func (p *QGPU) cpuOnlyCycle(ctx context.Context, cs fwk.CycleState, pod *v1.Pod,
 	if !p.nodePolicy.MeasuresCPUOnly() {
 		return fwk.NewStatus(fwk.Skip)
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+	if !p.waitSynced(ctx) {
 		return fwk.AsStatus(ctx.Err())
 	}
 	p.scores.Reset(nodes) // Score must not read the last cycle's stash
 	cs.Write(stateKey, &cycleState{req: &request.Request{Class: protocol.ClassGeneral}, podCPU: podCPU(pod)})
 	return fwk.NewStatus(fwk.Skip)
+}
+
+// waitSynced waits until the informers feeding the ledger have synced (false
+// if ctx ends first). An informer stays synced once it has, so after the
+// first success it answers from a flag: cache.WaitForCacheSync starts a
+// poller goroutine and a context per call, which on a busy scheduler cost
+// each cycle a goroutine hand-off on the scheduling goroutine (0.3 ms of wall
+// clock for 0.01 ms of CPU in make bench-throughput's profile).
+func (p *QGPU) waitSynced(ctx context.Context) bool {
+	if p.allSynced.Load() {
+		return true
+	}
+	done := true
+	for _, synced := range p.synced {
+		done = done && synced()
+	}
+	if !done && !cache.WaitForCacheSync(ctx.Done(), p.synced...) {
+		return false
+	}
+	p.allSynced.Store(true)
+	return true
 }
 
 // eligibleNodes narrows the cycle to the nodes labelled for the pod's class

@@ -16,9 +16,13 @@
 //     query's; otherwise it measures and overwrites the entry. Nothing else
 //     invalidates an entry: a node whose pods, cards or CPU changed, or a
 //     new workload, misses once.
-//   - Entries are found by a hash of the node's name. Two nodes that share
-//     an entry only evict each other: what an entry answers never depends
-//     on whose it is.
+//   - Each node has its own entry, found by its name in an open-addressed
+//     table (a hash of the name, then up to probes slots on, each entry
+//     holding its node's name). A node whose probes are all taken by other
+//     names replaces the entry in its first slot; the node evicted gets a
+//     new entry on its next lookup. Entries are never removed otherwise, so
+//     names of nodes long gone only take room. Evicting costs a measure,
+//     never an answer: what an entry answers never depends on whose it is.
 //   - Each entry has its own lock; kube-scheduler filters a node once per
 //     cycle, so it is not contended. An entry allocates only when it first
 //     holds a node with more cards than before.
@@ -33,9 +37,15 @@ import (
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 )
 
-// slots is the number of entries: more than the nodes of the largest
-// cluster measured (5000), so that few nodes share one.
-const slots = 1 << 13
+// slots is the number of entries, probes how many a lookup tries. At 5000
+// nodes a sixth of the table is taken, so a lookup ends at the first or
+// second slot. (The table once held 1<<13 entries, one per hash with no
+// probing: at 5000 nodes 44 % of the nodes shared an entry with another and
+// were measured again in every cycle, make bench-throughput SIZE=large.)
+const (
+	slots  = 1 << 15
+	probes = 16
+)
 
 // Cache is the nodes' entries; the zero value is ready.
 type Cache struct {
@@ -44,6 +54,8 @@ type Cache struct {
 
 // Entry is one node's remembered fragmentation.
 type Entry struct {
+	// name is the node's, set when the entry is made.
+	name     string
 	mu       sync.Mutex
 	valid    bool
 	cards    []ledger.Card
@@ -55,12 +67,23 @@ type Entry struct {
 
 // For is the entry of the node named name, created on first use.
 func (c *Cache) For(name string) *Entry {
-	slot := &c.entries[placement.NameHash(name)%slots]
-	if e := slot.Load(); e != nil {
-		return e
+	home := placement.NameHash(name)
+	for i := range uint32(probes) {
+		slot := &c.entries[(home+i)%slots]
+		e := slot.Load()
+		if e == nil && slot.CompareAndSwap(nil, &Entry{name: name}) {
+			return slot.Load()
+		}
+		if e == nil {
+			e = slot.Load() // another goroutine took the slot first
+		}
+		if e.name == name {
+			return e
+		}
 	}
-	slot.CompareAndSwap(nil, &Entry{})
-	return slot.Load()
+	e := &Entry{name: name}
+	c.entries[home%slots].Store(e)
+	return e
 }
 
 // Frag is placement.Frag(cards, cpuLeft, cpuKnown, w), from the entry when

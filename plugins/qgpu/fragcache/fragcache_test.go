@@ -98,3 +98,61 @@ func TestHitDoesNotAllocate(t *testing.T) {
 		t.Fatalf("a hit allocates %v times", allocs)
 	}
 }
+
+// sameHome finds n names whose entries start at the same slot.
+func sameHome(t *testing.T, n int) []string {
+	t.Helper()
+	byHome := map[uint32][]string{}
+	for i := range 1 << 20 {
+		name := fmt.Sprintf("node-%05d", i)
+		home := placement.NameHash(name) % slots
+		if byHome[home] = append(byHome[home], name); len(byHome[home]) == n {
+			return byHome[home]
+		}
+	}
+	t.Fatalf("no %d names share a slot", n)
+	return nil
+}
+
+// TestNodesNeverShareAnEntry: two nodes whose names hash to the same slot
+// keep an entry each, so neither evicts the other's measure in every cycle
+// (with one entry per hash, 44 % of 5000 nodes did).
+func TestNodesNeverShareAnEntry(t *testing.T) {
+	var c Cache
+	names := sameHome(t, 2)
+	a, b := c.For(names[0]), c.For(names[1])
+	if a == b {
+		t.Fatalf("%s and %s share an entry", names[0], names[1])
+	}
+	full, w := cards(4), workload(16, 50)
+	full[0].Take(protocol.ClassGeneral, 20, 60, true)
+	a.Frag(cards(4), 0, false, w)
+	b.Frag(full, 0, false, w)
+	for _, n := range names {
+		e := c.For(n)
+		if !e.valid || e.name != n {
+			t.Errorf("%s: entry of %q, valid %v after one measure", n, e.name, e.valid)
+		}
+	}
+	if c.For(names[0]) != a || c.For(names[1]) != b {
+		t.Error("a node's entry changed")
+	}
+}
+
+// TestFullProbesEvict: a node whose every probe slot holds another node
+// still gets an entry of its own, and keeps it.
+func TestFullProbesEvict(t *testing.T) {
+	var c Cache
+	names := sameHome(t, probes+1)
+	for _, n := range names[:probes] {
+		c.For(n)
+	}
+	last := names[probes]
+	e := c.For(last)
+	if e.name != last || c.For(last) != e {
+		t.Fatalf("%s: entry of %q, or not kept", last, e.name)
+	}
+	if got := c.For(names[0]); got.name != names[0] {
+		t.Fatalf("evicted %s: entry of %q", names[0], got.name)
+	}
+}

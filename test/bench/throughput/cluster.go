@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -88,6 +89,18 @@ type result struct {
 	settled bool
 	// quantiles are when 50, 90 and 99 % of the bound pods were bound.
 	quantiles []time.Duration
+	// cpu is the CPU time this process (apiserver, etcd and scheduler
+	// together) used from the first create to the last bind.
+	cpu time.Duration
+}
+
+// processCPU is the CPU time (user and system) this process used so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func (r result) rate() float64 { return float64(r.bound) / r.elapsed.Seconds() }
@@ -97,7 +110,7 @@ func (r result) rate() float64 { return float64(r.bound) / r.elapsed.Seconds() }
 // timing from the first create to the last bind.
 func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, timeout time.Duration) (result, error) {
 	var bound atomic.Int64
-	var last atomic.Int64
+	var last, lastCPU atomic.Int64
 	var mu sync.Mutex
 	var times []int64 // each bind's time, as seen by the watch
 	all := make(chan struct{})
@@ -113,6 +126,7 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 		}
 		now := time.Now().UnixNano()
 		last.Store(now)
+		lastCPU.Store(int64(processCPU()))
 		mu.Lock()
 		times = append(times, now)
 		mu.Unlock()
@@ -128,7 +142,7 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
 		return result{}, ctx.Err()
 	}
-	start := time.Now()
+	start, startCPU := time.Now(), processCPU()
 	if err := parallel(n, func(i int) error {
 		_, err := client.CoreV1().Pods("default").Create(ctx, ph.pod(i), metav1.CreateOptions{})
 		return err
@@ -146,6 +160,9 @@ func measure(ctx context.Context, client kubernetes.Interface, ph phase, n int, 
 	mu.Lock()
 	defer mu.Unlock()
 	r := result{bound: int(bound.Load()), elapsed: end.Sub(start), settled: settled}
+	if c := lastCPU.Load(); c != 0 {
+		r.cpu = time.Duration(c) - startCPU
+	}
 	for _, q := range []int{50, 90, 99} {
 		if k := len(times) * q / 100; k > 0 {
 			r.quantiles = append(r.quantiles, time.Unix(0, times[k-1]).Sub(start))

@@ -130,13 +130,17 @@ func runPhase(ctx context.Context, client kubernetes.Interface, ph phase, round,
 	if err != nil {
 		return result{}, err
 	}
+	before := readCounts(ph.scheduler)
 	r, err := measure(ctx, client, ph, pods, timeout)
 	stopProfile()
+	tried := readCounts(ph.scheduler).since(before)
 	if err != nil {
 		return result{}, fmt.Errorf("%s: %w", ph.name, err)
 	}
 	fmt.Printf("round %d %-15s %d pods on %d nodes: %d bound in %s: %.1f pods/s (50/90/99 %% bound at %v)\n",
 		round, ph.name, pods, nodes, r.bound, r.elapsed.Round(time.Millisecond), r.rate(), roundAll(r.quantiles))
+	fmt.Printf("round %d %-15s CPU %.2f ms per bound pod (%.2f cores); scheduling attempts: %s\n", round, ph.name,
+		r.cpu.Seconds()*1000/float64(max(r.bound, 1)), r.cpu.Seconds()/r.elapsed.Seconds(), tried)
 	switch {
 	case r.bound < pods && r.settled:
 		fmt.Printf("round %d %-15s UNPLACED: %d of %d pods not bound, none bound for %s (left out of the rate, as the replay drops a pod that fits nowhere)\n",
