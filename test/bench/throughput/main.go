@@ -5,8 +5,10 @@
 // API for each profile in turn: fractional qGPU pods for the qgpu-scheduler
 // profile of config/qgpu-scheduler.yaml (synthetic ones, or with --pods-from
 // the openb trace's pods, model filters included, on nodes of its card
-// models), and pods asking for one whole
-// nvidia.com/gpu for a stock profile (default plugins only). It prints pods/s
+// models), and for a stock profile (default plugins only) the same pods as a
+// cluster without qGPU runs them: each card share a whole nvidia.com/gpu,
+// the model filter a node affinity (synthetic: one whole nvidia.com/gpu,
+// nothing else). It prints pods/s
 // for each, from the first create to the last bind seen by a watch, per
 // round the ratio qgpu pods/s ÷ stock pods/s, and as its last line their
 // geometric mean: ratio <x>.
@@ -36,6 +38,7 @@ func main() {
 	profile := flag.String("profile", "config/qgpu-scheduler.yaml", "the qgpu-scheduler profile (relative to the repository root)")
 	timeout := flag.Duration("timeout", 10*time.Minute, "give up on a phase after this long, reporting what was bound")
 	podsFrom := flag.String("pods-from", "", "an openb pod list CSV (openb_pod_list_*.csv, the node list openb_node_list_gpu_node.csv beside it): the qgpu-scheduler phase's pods are the trace's (card share, model filter, CPU, memory; pods without cards included) and the nodes have the trace's card models; default: synthetic pods on V100 nodes")
+	stockBare := flag.Bool("stock-bare", false, "with --pods-from, the stock phase's pods still ask for one whole nvidia.com/gpu and nothing else (no CPU, memory or model filter), as before 2026-11-27: that compares the trace's pods with bare ones, not the plugin with the stock profile")
 	rounds := flag.Int("rounds", 4, "rounds of both phases, back to back, the order alternating; the ratio is the geometric mean of the rounds' ratios")
 	flag.StringVar(&cpuProfileDir, "cpuprofile-dir", "", "write a CPU profile of each phase (apiserver, etcd and scheduler together) to DIR/<round>-<profile>.pprof, and a heap profile after its cleanup to DIR/<round>-<profile>.heap")
 	flag.Parse()
@@ -47,6 +50,10 @@ func main() {
 		if w, err = traceWorkload(*podsFrom); err != nil {
 			fmt.Fprintln(os.Stderr, "throughput: --pods-from:", err)
 			os.Exit(2)
+		}
+		if *stockBare {
+			w.stockPod = stockPod
+			w.describe += "; stock phase: bare pods of one nvidia.com/gpu"
 		}
 	}
 	if err := run(ctx, w, *nodes, *pods, *profile, *timeout, *rounds); err != nil {
@@ -81,7 +88,7 @@ func run(ctx context.Context, w workload, nodes, pods int, profile string, timeo
 	defer func() { stopSched(); <-done }()
 	phases := []phase{
 		{name: "qgpu-scheduler", scheduler: qgpuScheduler, pod: w.pod, settle: w.settle},
-		{name: "stock", scheduler: stockScheduler, pod: stockPod},
+		{name: "stock", scheduler: stockScheduler, pod: w.stockPod, settle: w.settle},
 	}
 	best := make([]float64, len(phases))
 	var ratios []float64

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/qgpu-scheduler/qgpu/test/builders"
+	"github.com/qgpu-scheduler/qgpu/test/replay/sim"
 	"github.com/qgpu-scheduler/qgpu/test/tracepods"
 )
 
@@ -21,9 +22,11 @@ const traceSeed = 42
 type workload struct {
 	node func(i, n int) (*v1.Node, error)
 	pod  func(i int) *v1.Pod
+	// stockPod is the stock phase's pod i: what pod(i) asks for, without qGPU.
+	stockPod func(i int) *v1.Pod
 	// describe says what the nodes and pods are, for the first line.
 	describe string
-	// settle is the qgpu-scheduler phase's (phase.settle).
+	// settle is both phases' (phase.settle).
 	settle time.Duration
 }
 
@@ -41,6 +44,7 @@ func syntheticWorkload() workload {
 			return builders.GPUNode(fmt.Sprintf("node-%05d", i), i%2 == 0, builders.Cards(8, "Tesla V100-SXM2-32GB", 32510)), nil
 		},
 		pod:      qgpuPod,
+		stockPod: stockPod,
 		describe: "nodes of 8 cards (every other one mixed), synthetic qGPU pods",
 	}
 }
@@ -68,16 +72,55 @@ func traceWorkload(path string) (workload, error) {
 	}
 	return workload{
 		node: func(i, n int) (*v1.Node, error) {
-			node, err := tracepods.NodeObject(fmt.Sprintf("node-%05d", i), &trace.Nodes[i*len(trace.Nodes)/n], 8)
+			tn := &trace.Nodes[i*len(trace.Nodes)/n]
+			node, err := tracepods.NodeObject(fmt.Sprintf("node-%05d", i), tn, 8)
+			if err == nil {
+				node.Labels[modelLabel] = tn.Model
+			}
 			return node, err
 		},
 		pod: func(i int) *v1.Pod {
 			p := trace.PodObject(fmt.Sprintf("qgpu-%05d", i), &trace.Pods[order[i%len(order)]])
 			return asBenchPod(p, qgpuScheduler, qgpuScheduler)
 		},
+		stockPod: func(i int) *v1.Pod {
+			return stockTracePod(fmt.Sprintf("stock-%05d", i), &trace.Pods[order[i%len(order)]])
+		},
 		settle:   traceSettle,
 		describe: fmt.Sprintf("nodes of 8 cards of the trace's models, pods of %s (%d of its %d pods: those some node accepts)", path, len(order), len(trace.Pods)),
 	}, nil
+}
+
+// modelLabel carries a trace node's card model, as GPU feature discovery's
+// label does on a real node; the stock phase's model filters select on it.
+const modelLabel = "nvidia.com/gpu.product"
+
+// stockTracePod is trace pod p as a cluster without qGPU would run it, for
+// the stock phase: its CPU and memory, a whole nvidia.com/gpu for each card
+// it has a share of, and its model filter as a required node affinity on the
+// model label. The trace's model names are exact (gpu_spec lists them), so
+// the affinity accepts the nodes the use-gpu-type annotation does.
+func stockTracePod(name string, p *sim.Pod) *v1.Pod {
+	pod := benchPod(name, "stock", stockScheduler).Obj()
+	pod.Spec.Containers = []v1.Container{{Name: "c", Image: "busybox"}}
+	c := &pod.Spec.Containers[0]
+	c.Resources = v1.ResourceRequirements{Requests: v1.ResourceList{
+		v1.ResourceCPU:    *resource.NewMilliQuantity(p.CPUMilli, resource.DecimalSI),
+		v1.ResourceMemory: *resource.NewQuantity(p.MemoryMiB<<20, resource.BinarySI),
+	}}
+	if p.NumGPU > 0 {
+		gpus := *resource.NewQuantity(int64(p.NumGPU), resource.DecimalSI)
+		c.Resources.Requests["nvidia.com/gpu"] = gpus
+		c.Resources.Limits = v1.ResourceList{"nvidia.com/gpu": gpus}
+	}
+	if len(p.Models) > 0 {
+		pod.Spec.Affinity = &v1.Affinity{NodeAffinity: &v1.NodeAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{NodeSelectorTerms: []v1.NodeSelectorTerm{{
+				MatchExpressions: []v1.NodeSelectorRequirement{{Key: modelLabel, Operator: v1.NodeSelectorOpIn, Values: p.Models}},
+			}}},
+		}}
+	}
+	return pod
 }
 
 // withWholeGPUs adds what the stock profile's pods ask for: a whole
