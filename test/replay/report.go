@@ -117,23 +117,31 @@ func printTable(w io.Writer, base sim.Config, policies []placement.Policy, seeds
 // writeCSV writes one row per policy, seed and arrival percentage, and the
 // mean and sd over seeds as seed "mean" and "sd".
 func writeCSV(path string, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result) error {
+	return writeRows(path, []string{"policy", "seed", "arrival_pct", "allocation_pct"}, func(w *csv.Writer) {
+		for _, p := range policies {
+			rs := results[p]
+			for pct := 1; pct < len(rs[0].Alloc); pct++ {
+				for i, r := range rs {
+					_ = w.Write([]string{string(p), strconv.FormatInt(seeds[i], 10), strconv.Itoa(pct), ff(r.Alloc[pct])})
+				}
+				s := summarize(rs, pct)
+				_ = w.Write([]string{string(p), "mean", strconv.Itoa(pct), ff(s.mean)})
+				_ = w.Write([]string{string(p), "sd", strconv.Itoa(pct), ff(s.sd)})
+			}
+		}
+	})
+}
+
+// writeRows writes a CSV file of header and the rows rows writes; a
+// write error surfaces at the flush.
+func writeRows(path string, header []string, rows func(w *csv.Writer)) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	w := csv.NewWriter(f)
-	_ = w.Write([]string{"policy", "seed", "arrival_pct", "allocation_pct"})
-	for _, p := range policies {
-		rs := results[p]
-		for pct := 1; pct < len(rs[0].Alloc); pct++ {
-			for i, r := range rs {
-				_ = w.Write([]string{string(p), strconv.FormatInt(seeds[i], 10), strconv.Itoa(pct), ff(r.Alloc[pct])})
-			}
-			s := summarize(rs, pct)
-			_ = w.Write([]string{string(p), "mean", strconv.Itoa(pct), ff(s.mean)})
-			_ = w.Write([]string{string(p), "sd", strconv.Itoa(pct), ff(s.sd)})
-		}
-	}
+	_ = w.Write(header)
+	rows(w)
 	w.Flush()
 	if err := w.Error(); err != nil {
 		f.Close()

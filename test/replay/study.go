@@ -157,23 +157,13 @@ func pairedDiff(a, b []sim.Result, v func(sim.Result) float64) stat {
 
 // writeSteadyCSV writes one row per policy and seed of the churn replay.
 func writeSteadyCSV(path string, policies []placement.Policy, seeds []int64, results map[placement.Policy][]sim.Result) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	w := csv.NewWriter(f)
-	_ = w.Write([]string{"policy", "seed", "allocation_pct", "rejected_pct"})
-	for _, p := range policies {
-		for i, r := range results[p] {
-			_ = w.Write([]string{string(p), strconv.FormatInt(seeds[i], 10), ff(r.Steady.Alloc), ff(r.Steady.Rejected)})
+	return writeRows(path, []string{"policy", "seed", "allocation_pct", "rejected_pct"}, func(w *csv.Writer) {
+		for _, p := range policies {
+			for i, r := range results[p] {
+				_ = w.Write([]string{string(p), strconv.FormatInt(seeds[i], 10), ff(r.Steady.Alloc), ff(r.Steady.Rejected)})
+			}
 		}
-	}
-	w.Flush()
-	if err := w.Error(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	})
 }
 
 // reportSteady prints the churn replay's table and its last line, and
