@@ -79,7 +79,11 @@ func sharedFor(ctx context.Context, h framework.Handle, a *args.QGPUArgs, path *
 	if err != nil {
 		return nil, err
 	}
-	s.synced = append(s.synced, quotaSynced)
+	claimsSynced, err := s.watchClaims(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	s.synced = append(s.synced, quotaSynced, claimsSynced)
 	processState.byFactory[f] = s
 	context.AfterFunc(ctx, s.leave)
 	return s, nil

@@ -33,10 +33,12 @@ type Node struct {
 type nodeState struct {
 	mu sync.RWMutex
 	// info is the node without usage; cards is info plus every holding.
-	info  []Card
-	node  Node
-	pods  map[types.UID]*Holding
-	known bool
+	info []Card
+	node Node
+	pods map[types.UID]*Holding
+	// claims are the DRA claims allocated on the node (claims.go).
+	claims map[types.UID]*claimEntry
+	known  bool
 }
 
 // Ledger is safe for concurrent use. One RWMutex guards the maps; each node
@@ -47,6 +49,8 @@ type Ledger struct {
 	mu      sync.RWMutex
 	nodes   map[string]*nodeState
 	holders map[types.UID]*Holding
+	// claimNode is the node of each claim's allocation (claims.go).
+	claimNode map[types.UID]string
 	// maxPods overrides DefaultMaxPods when > 0.
 	maxPods  int
 	eligible eligibility
@@ -144,6 +148,7 @@ func (n *nodeState) recompute() {
 	for _, h := range n.pods {
 		h.ApplyTo(n.node.Cards, 1)
 	}
+	n.reapplyClaims()
 }
 
 // SetAllocatable records the node's allocatable qGPU resources.
@@ -312,6 +317,7 @@ func (l *Ledger) record(uid types.UID, n *nodeState, h *Holding) *Holding {
 	l.mu.Unlock()
 	n.pods[uid] = h
 	h.ApplyTo(n.node.Cards, 1)
+	l.claimsAfter(n, uid)
 	return nil
 }
 
@@ -352,6 +358,7 @@ func (l *Ledger) drop(uid types.UID, which func(*Holding) bool) bool {
 	l.mu.Unlock()
 	delete(n.pods, uid)
 	h.ApplyTo(n.node.Cards, -1)
+	l.claimsAfter(n, uid)
 	return true
 }
 
