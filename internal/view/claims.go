@@ -9,7 +9,54 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 )
+
+// heldClaim is an allocated ResourceClaim of the qGPU driver.
+type heldClaim struct {
+	key  string // namespace/name
+	uid  types.UID
+	hold protocol.ClaimHold
+}
+
+// AddClaims counts what the allocated ResourceClaims of the qGPU driver
+// hold, as the scheduler's ledger does (docs/ledger.md#claims): a claim's
+// slices are its consumer's while a pod placed with them holds them, and
+// the claim's own from then until the allocation is cleared (a pod that
+// joined the claim, or none yet). Claims of other drivers are skipped.
+func (c *Cluster) AddClaims(claims []resourceapi.ResourceClaim) {
+	for i := range claims {
+		cl := &claims[i]
+		hold, ok := protocol.HeldByClaim(cl)
+		if !ok {
+			continue
+		}
+		h := ledger.Holding{Node: hold.Node, Class: hold.Class, Namespace: cl.Namespace, Slices: hold.Slices}
+		consumers := make([]types.UID, 0, len(cl.Status.ReservedFor))
+		for _, r := range cl.Status.ReservedFor {
+			consumers = append(consumers, r.UID)
+		}
+		c.ledger.SetClaim(cl.UID, h, consumers)
+		c.granted.SetClaim(cl.UID, h, consumers)
+		c.claims = append(c.claims, heldClaim{key: cl.Namespace + "/" + cl.Name, uid: cl.UID, hold: hold})
+	}
+	if len(c.claims) > 0 {
+		c.snapshot()
+	}
+}
+
+// claimHolders adds, per card of node, the claims that count their slices
+// themselves ("claim <namespace>/<name>").
+func (c *Cluster) claimHolders(node string, holders map[int][]string) {
+	for _, hc := range c.claims {
+		if _, counted, ok := c.ledger.ClaimHolding(hc.uid); !ok || !counted || hc.hold.Node != node {
+			continue
+		}
+		for _, s := range hc.hold.Slices {
+			holders[s.Index] = append(holders[s.Index], "claim "+hc.key)
+		}
+	}
+}
 
 // claimNames maps the ResourceClaim objects a pod's containers use to the
 // container using each (docs/dra.md: one container per qGPU claim).

@@ -79,3 +79,49 @@ func TestCheckClaims(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimsOutliveTheirPods: kubectl qgpu sees what the scheduler's
+// ledger holds: a claimed pod's slice once while the pod holds it, the
+// claim's own once the pod is gone and the claim is still allocated (a pod
+// joined it by spec.nodeName), and a card oversubscribed when another pod
+// was placed on that memory. Fails where only pods are counted (eebf961).
+func TestClaimsOutliveTheirPods(t *testing.T) {
+	pod := claimedPod(t)
+	claim := claimFor(pod, "gpu-1", 4, 30)
+	claim.UID = "uid-cl"
+	claim.Status.ReservedFor = append(claim.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "joined", UID: "uid-joined"})
+
+	c := Build([]v1.Node{*gpuNode(false)}, []v1.Pod{pod}, 0)
+	c.AddClaims([]resourceapi.ResourceClaim{claim})
+	if got := c.Nodes[0].Cards[1].UsedMemoryGiB; got != 4 {
+		t.Fatalf("pod and claim: card 1 holds %d GiB, want 4 (counted once)", got)
+	}
+	if got := c.Nodes[0].Holders[1]; len(got) != 1 || got[0] != pod.Namespace+"/p" {
+		t.Errorf("pod and claim: holders %v", got)
+	}
+
+	// The pod is deleted; the claim stays allocated for the joined pod, and
+	// a 14 GiB pod was placed on the same 16 GiB card.
+	over := placed(t, builders.GPUPod("over").General("c", 14, 10), one(sl(1, 14, 10)))
+	c = Build([]v1.Node{*gpuNode(false)}, []v1.Pod{over}, 0)
+	c.AddClaims([]resourceapi.ResourceClaim{claim})
+	if got := c.Nodes[0].Cards[1].UsedMemoryGiB; got != 18 {
+		t.Fatalf("claim after its pod: card 1 holds %d GiB, want the claim's 4 and the pod's 14", got)
+	}
+	if got := strings.Join(c.Nodes[0].Holders[1], ","); !strings.Contains(got, "claim "+pod.Namespace+"/cl") {
+		t.Errorf("holders of card 1: %s, want the claim named", got)
+	}
+	v := c.Check()
+	if len(v) == 0 || v[0].Kind != "Oversubscribed" || v[0].Object != "n1/card1" {
+		t.Errorf("Check: %v, want n1/card1 oversubscribed", v)
+	}
+
+	// Another driver's claim counts nothing.
+	other := claimFor(pod, "nic-0", 4, 30)
+	other.Status.Allocation.Devices.Results[0].Driver = "nic.example.com"
+	c = Build([]v1.Node{*gpuNode(false)}, nil, 0)
+	c.AddClaims([]resourceapi.ResourceClaim{other})
+	if got := c.Nodes[0].Cards[0].UsedMemoryGiB + c.Nodes[0].Cards[1].UsedMemoryGiB; got != 0 {
+		t.Errorf("another driver's claim: %d GiB held", got)
+	}
+}

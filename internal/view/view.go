@@ -32,6 +32,8 @@ type Cluster struct {
 	// granted counts what the agents really handed out: each pod's grant
 	// where it has a valid one, else its assignment (granted.go).
 	granted *ledger.Ledger
+	// claims are the allocated qGPU ResourceClaims AddClaims counted.
+	claims []heldClaim
 	// facts are what the Node objects say, by name; a node absent here has
 	// no Node object.
 	facts map[string]nodeFacts
@@ -90,6 +92,13 @@ func Build(nodes []v1.Node, pods []v1.Pod, maxPodsPerCard int) *Cluster {
 		c.addPod(&pods[i])
 	}
 	c.coverUnknown()
+	c.snapshot()
+	return c
+}
+
+// snapshot copies every node's cards and holders out of the ledger.
+func (c *Cluster) snapshot() {
+	c.Nodes, c.Other = nil, nil
 	for name, f := range c.facts {
 		if f.labelled {
 			c.Nodes = append(c.Nodes, c.node(name))
@@ -101,7 +110,6 @@ func Build(nodes []v1.Node, pods []v1.Pod, maxPodsPerCard int) *Cluster {
 		}
 	}
 	sort.Slice(c.Nodes, func(i, j int) bool { return c.Nodes[i].Name < c.Nodes[j].Name })
-	return c
 }
 
 func readNode(n *v1.Node) nodeFacts {
@@ -205,5 +213,6 @@ func (c *Cluster) node(name string) Node {
 			}
 		}
 	}
+	c.claimHolders(name, out.Holders)
 	return out
 }

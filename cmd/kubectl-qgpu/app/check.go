@@ -126,11 +126,7 @@ func (o *options) check(cmd *cobra.Command, format string) (*CheckReport, error)
 	if err != nil {
 		return nil, err
 	}
-	s, err := o.source()
-	if err != nil {
-		return nil, err
-	}
-	report := checkReport(r.view, s.claims(cmd.Context()))
+	report := checkReport(r.view, r.claims)
 	if p == nil {
 		printCheck(o.streams.Out, report)
 		return report, nil

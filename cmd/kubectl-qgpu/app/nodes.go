@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 	v1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -87,12 +88,14 @@ func (o *options) nodeCards(cmd *cobra.Command, sel labels.Selector) (*NodeCards
 }
 
 // clusterRead is what nodes and check read: every node, every pod (a
-// card's usage counts the pods of all namespaces) and the view built from
-// them with the pods-per-card limit.
+// card's usage counts the pods of all namespaces), every ResourceClaim (an
+// allocated qGPU claim holds its slices until it is deallocated) and the
+// view built from them with the pods-per-card limit.
 type clusterRead struct {
-	nodes []v1.Node
-	pods  []v1.Pod
-	view  *view.Cluster
+	nodes  []v1.Node
+	pods   []v1.Pod
+	claims []resourceapi.ResourceClaim
+	view   *view.Cluster
 }
 
 func (o *options) readCluster(cmd *cobra.Command) (*clusterRead, error) {
@@ -113,5 +116,7 @@ func (o *options) readCluster(cmd *cobra.Command) (*clusterRead, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clusterRead{nodes: nodes, pods: pods, view: view.Build(nodes, pods, limit)}, nil
+	r := &clusterRead{nodes: nodes, pods: pods, claims: s.claims(ctx), view: view.Build(nodes, pods, limit)}
+	r.view.AddClaims(r.claims)
+	return r, nil
 }

@@ -76,7 +76,7 @@ func (s *source) claims(ctx context.Context) []resourceapi.ResourceClaim {
 	for range maxPages {
 		list, err := s.client.ResourceV1().ResourceClaims("").List(ctx, opts)
 		if err != nil {
-			s.warn("claimed pods are not compared with their ResourceClaims: %v", explain(err, "listing resourceclaims"))
+			s.warn("ResourceClaims not read (cards count only the pods' slices, and claimed pods are not compared with their claims): %v", explain(err, "listing resourceclaims"))
 			return nil
 		}
 		out = append(out, list.Items...)
@@ -84,7 +84,7 @@ func (s *source) claims(ctx context.Context) []resourceapi.ResourceClaim {
 			return out
 		}
 	}
-	s.warn("claimed pods are not compared with their ResourceClaims: more than %d pages of %d", maxPages, pageSize)
+	s.warn("ResourceClaims not read (cards count only the pods' slices, and claimed pods are not compared with their claims): more than %d pages of %d", maxPages, pageSize)
 	return nil
 }
 
