@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -113,6 +114,11 @@ func (p *QGPU) claimStatus(ctx context.Context, pod *v1.Pod, req *request.Reques
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	case err != nil:
 		return nil // PreFilter rejects it as any invalid request
+	case req != nil && len(req.OtherClaims) > 0:
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
+			"resourceClaims[%s]: names no qGPU DeviceClass: qgpu-scheduler allocates only %s devices, and would bind the pod with that claim unallocated; "+
+				"a pod with a qGPU slice beside another driver's device is not supported yet (docs/dra.md#the-scheduler-profile)",
+			strings.Join(req.OtherClaims, ", "), protocol.DRADriver))
 	case req != nil && len(req.Claims) > 0 && p.runsDynamicResources():
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"this profile runs %s, which would allocate the qGPU claims a second time: disable it in the profile (docs/dra.md#the-scheduler-profile)", names.DynamicResources))

@@ -103,6 +103,7 @@ func checkCluster(t *testing.T, cs kubernetes.Interface) *view.Cluster {
 		t.Fatal(err)
 	}
 	c := view.Build(nodes.Items, pods.Items, 0)
+	c.AddClaims(claims.Items)
 	if v := append(c.Check(), c.CheckClaims(claims.Items)...); len(v) > 0 {
 		var b strings.Builder
 		for _, x := range v {

@@ -105,10 +105,11 @@ func ParseClaims(pod *v1.Pod, get ClaimGetter) (*Request, error) {
 			continue
 		}
 		ref, c, class, ok, err := claimSlice(pod, claim, pc.Name, users[pc.Name])
-		if err != nil || !ok {
-			if err != nil {
-				return nil, err
-			}
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			req.OtherClaims = append(req.OtherClaims, pc.Name)
 			continue
 		}
 		if req.Class != "" && class != req.Class {

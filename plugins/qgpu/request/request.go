@@ -44,6 +44,10 @@ type Request struct {
 	// Claims, for a pod that asks through ResourceClaims (ParseClaims), are
 	// the claims behind Containers, one per container, in the same order.
 	Claims []ClaimRef
+	// OtherClaims are the pod's claims (pod.spec.resourceClaims names) that
+	// ask for no qGPU DeviceClass: another driver's devices, which
+	// qgpu-scheduler does not allocate (docs/dra.md#the-scheduler-profile).
+	OtherClaims []string
 }
 
 // Container is one container's slice request.
