@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -104,9 +103,9 @@ func (p *QGPU) claimStatus(ctx context.Context, pod *v1.Pod, req *request.Reques
 	var allocated *request.AllocatedClaimError
 	switch {
 	case errors.As(err, &allocated) && allocated.Stale:
-		// Off the scheduling goroutine: PreFilter makes no API calls; the
-		// claim's update requeues the pod.
-		go p.releaseStale(context.WithoutCancel(ctx), allocated.Ref, pod)
+		// Off the scheduling goroutine, decided from the API server
+		// (stale.go); the claim's update requeues the pod.
+		p.stale.add(allocated.Ref, pod)
 		p.rejections.rejected(pointPreFilter, reasonClaimPending)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	case errors.Is(err, request.ErrClaimPending):
@@ -202,27 +201,13 @@ func (p *QGPU) capacityDropped(ctx context.Context, ref request.ClaimRef, pod *v
 
 // releaseClaims undoes allocateClaims for the claims this plugin allocated
 // for this pod; best effort: a claim left allocated keeps the pod's next
-// cycle waiting until that cycle releases it (releaseStale).
+// cycle waiting until that cycle releases it (staleClaims).
 func (p *QGPU) releaseClaims(ctx context.Context, s *cycleState, pod *v1.Pod) {
 	for _, ref := range s.req.Claims {
 		if err := p.takeBack(ctx, ref, pod, mine(ref)); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing a qGPU claim after a failed binding", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
 		}
 	}
-}
-
-// releaseStale takes back an allocation this plugin wrote for pod in a
-// cycle that never bound it (the scheduler died between PreBind and Bind,
-// or before Unreserve finished). The claim's update requeues the pod
-// (isSchedulableAfterClaimChange).
-func (p *QGPU) releaseStale(ctx context.Context, ref request.ClaimRef, pod *v1.Pod) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := p.takeBack(ctx, ref, pod, mine(ref)); err != nil {
-		klog.FromContext(ctx).Error(err, "Releasing a qGPU claim a dead cycle left allocated", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
-		return
-	}
-	klog.FromContext(ctx).V(2).Info("Released a qGPU claim a dead cycle left allocated", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
 }
 
 // takeBack drops pod from the claim's consumers and, with none left, the

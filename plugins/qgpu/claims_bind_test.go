@@ -54,6 +54,12 @@ func TestClaimsKeptThroughUncertainBind(t *testing.T) {
 			if written {
 				return
 			}
+			// The apiserver answers again (the read fault, prepended last,
+			// goes): the stale release asks it whether the pod is bound.
+			cs.ReactionChain = cs.ReactionChain[1:]
+			if _, err := cs.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+				t.Fatalf("reading the pod after the fault: %v", err)
+			}
 			later := pod.DeepCopy()
 			later.ResourceVersion = "11"
 			p.shared.observePod(ctx, later)

@@ -60,6 +60,8 @@ type QGPU struct {
 	claims  *claimAccess
 	draOnce sync.Once
 	dra     bool
+	// stale releases the claims dead cycles left allocated (stale.go).
+	stale *staleClaims
 }
 
 var (
@@ -93,6 +95,7 @@ func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework
 		vocab:      newVocabularies(a),
 		frags:      &fragcache.Cache{},
 	}
+	p.stale = newStaleClaims(ctx, p)
 	if h == nil || h.SharedInformerFactory() == nil {
 		// Unit tests that feed the ledger by hand.
 		s := newShared(a, nil)

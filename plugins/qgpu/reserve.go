@@ -104,7 +104,7 @@ func (p *QGPU) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 // mayBeBound reports whether the ledger holds the pod on node as bound or
 // with a binding of unknown outcome: its claims then stay allocated too.
 // A binding that was not written leaves them allocated for an unbound
-// pod, which the pod's next cycle releases (releaseStale).
+// pod, which the pod's next cycle releases (staleClaims).
 func (p *QGPU) mayBeBound(pod *v1.Pod, node string) bool {
 	h, ok := p.ledger.Holding(pod.UID)
 	return ok && h.Node == node && (h.Bound || h.Uncertain)
