@@ -185,8 +185,52 @@ func TestParseClaimsTemplateAndOtherDrivers(t *testing.T) {
 	if err != nil || len(req.Containers) != 1 || req.Claims[0].Name != "p-gpu-x" || req.Containers[0].MemoryGiB != 2 {
 		t.Fatalf("got %+v, %v", req, err)
 	}
+	if len(req.OtherClaims) != 1 || req.OtherClaims[0] != "nic" {
+		t.Errorf("OtherClaims %v, want [nic] (PreFilter refuses the pod naming it)", req.OtherClaims)
+	}
 	// A pod whose claims are all another driver's asks nothing of qGPU.
 	if req, err := ParseClaims(claimPod(), getter()); req != nil || err != nil {
 		t.Fatalf("no claims: %+v, %v", req, err)
+	}
+}
+
+// TestParseClaimsStale: a claim qGPU allocated for this very pod is stale
+// (its cycle never bound the pod) only while the pod is unbound, reserved
+// for nobody else and holding only qGPU's results with the claim's share.
+func TestParseClaimsStale(t *testing.T) {
+	pod := claimPod("a")
+	allocated := func(mutate func(c *resourceapi.ResourceClaim)) *resourceapi.ResourceClaim {
+		c := claimOf("a", protocol.ClassGeneral, "2Gi", "20")
+		share := c.UID
+		c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: protocol.DRADriver, Pool: "n1", Device: "gpu-0", ShareID: &share}}}}
+		c.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: pod.Name, UID: pod.UID}}
+		if mutate != nil {
+			mutate(c)
+		}
+		return c
+	}
+	bound := pod.DeepCopy()
+	bound.Spec.NodeName = "n1"
+	for _, tc := range []struct {
+		name  string
+		pod   *v1.Pod
+		claim *resourceapi.ResourceClaim
+		stale bool
+	}{
+		{"unbound, reserved for it alone", pod, allocated(nil), true},
+		{"the pod is bound", bound, allocated(nil), false},
+		{"another consumer", pod, allocated(func(c *resourceapi.ResourceClaim) {
+			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "b", UID: "b"})
+		}), false},
+		{"another share", pod, allocated(func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("x")) }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseClaims(tc.pod, getter(tc.claim))
+			var allocatedErr *AllocatedClaimError
+			if !errors.As(err, &allocatedErr) || allocatedErr.Stale != tc.stale {
+				t.Fatalf("ParseClaims: %v, want an allocated claim with Stale %v", err, tc.stale)
+			}
+		})
 	}
 }
