@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	resourcelisters "k8s.io/client-go/listers/resource/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -105,7 +106,7 @@ func (p *QGPU) claimStatus(ctx context.Context, pod *v1.Pod, req *request.Reques
 	case errors.As(err, &allocated) && allocated.Stale:
 		// Off the scheduling goroutine, decided from the API server
 		// (stale.go); the claim's update requeues the pod.
-		p.stale.add(allocated.Ref, pod)
+		p.stale.add(allocated, pod)
 		p.rejections.rejected(pointPreFilter, reasonClaimPending)
 		return fwk.NewStatus(fwk.Unschedulable, err.Error())
 	case errors.Is(err, request.ErrClaimPending):
@@ -152,7 +153,12 @@ func (p *QGPU) allocateClaims(ctx context.Context, s *cycleState, pod *v1.Pod, n
 		if err != nil {
 			return fmt.Errorf("claim %s/%s: DeviceClass %s: %w", ref.Namespace, ref.Name, protocol.DRADeviceClass(s.req.Class), err)
 		}
-		alloc := allocationOf(ref, slice, node, class)
+		share := uuid.NewUUID()
+		if s.shares == nil {
+			s.shares = map[types.UID]types.UID{}
+		}
+		s.shares[ref.UID] = share
+		alloc := allocationOf(ref, share, slice, node, class)
 		stored, err := p.writeClaim(ctx, ref, func(c *resourceapi.ResourceClaim) error {
 			if c.Status.Allocation != nil {
 				return fmt.Errorf("claim %s/%s was allocated by another in the meantime", c.Namespace, c.Name)
@@ -188,7 +194,7 @@ func keptCapacity(c *resourceapi.ResourceClaim) bool {
 }
 
 // capacityDropped takes back the allocation the apiserver just stored
-// without its capacity (allocatedBy cannot recognise it: no share ID) and
+// without its capacity (sharedAs cannot recognise it: no share ID) and
 // names the gate.
 func (p *QGPU) capacityDropped(ctx context.Context, ref request.ClaimRef, pod *v1.Pod) error {
 	capacityless := func(c *resourceapi.ResourceClaim) bool { return c.Status.Allocation != nil && !keptCapacity(c) }
@@ -204,7 +210,11 @@ func (p *QGPU) capacityDropped(ctx context.Context, ref request.ClaimRef, pod *v
 // cycle waiting until that cycle releases it (staleClaims).
 func (p *QGPU) releaseClaims(ctx context.Context, s *cycleState, pod *v1.Pod) {
 	for _, ref := range s.req.Claims {
-		if err := p.takeBack(ctx, ref, pod, mine(ref)); err != nil {
+		share, ok := s.shares[ref.UID]
+		if !ok {
+			continue // PreBind stopped before this claim
+		}
+		if err := p.takeBack(ctx, ref, pod, sharedAs(share)); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing a qGPU claim after a failed binding", "pod", klog.KObj(pod), "claim", klog.KRef(ref.Namespace, ref.Name))
 		}
 	}
@@ -268,30 +278,28 @@ func (p *QGPU) writeClaim(ctx context.Context, ref request.ClaimRef, change func
 	return stored, err
 }
 
-// mine is allocatedBy for ref.
-func mine(ref request.ClaimRef) func(*resourceapi.ResourceClaim) bool {
-	return func(c *resourceapi.ResourceClaim) bool { return allocatedBy(c, ref) }
-}
-
-// allocatedBy reports whether the claim holds this plugin's allocation for
-// ref: the share ID is the claim's UID.
-func allocatedBy(c *resourceapi.ResourceClaim, ref request.ClaimRef) bool {
-	if c.Status.Allocation == nil {
+// sharedAs is whether the claim still holds the allocation a cycle wrote
+// with share: the share ID is drawn afresh for every allocation, so an
+// allocation written since (by a later cycle of the same pod) is not
+// mistaken for it.
+func sharedAs(share types.UID) func(*resourceapi.ResourceClaim) bool {
+	return func(c *resourceapi.ResourceClaim) bool {
+		if c.Status.Allocation == nil {
+			return false
+		}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if r.Driver == protocol.DRADriver && r.ShareID != nil && *r.ShareID == share {
+				return true
+			}
+		}
 		return false
 	}
-	for _, r := range c.Status.Allocation.Devices.Results {
-		if r.Driver == protocol.DRADriver && r.ShareID != nil && *r.ShareID == ref.UID {
-			return true
-		}
-	}
-	return false
 }
 
 // allocationOf is one claim's allocation: its slice as the consumed
 // capacity of the card's device in the node's pool, the DeviceClass's
 // config for the request, and the node it is bound to.
-func allocationOf(ref request.ClaimRef, slice protocol.Slice, node string, class *resourceapi.DeviceClass) *resourceapi.AllocationResult {
-	share := types.UID(ref.UID)
+func allocationOf(ref request.ClaimRef, share types.UID, slice protocol.Slice, node string, class *resourceapi.DeviceClass) *resourceapi.AllocationResult {
 	// Every capacity of the device, cores 0 for an online slice, as the
 	// upstream allocator records them; the agent refuses a result without
 	// cores.

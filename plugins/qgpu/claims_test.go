@@ -153,7 +153,7 @@ func readClaim(t *testing.T, p *QGPU, name string) *resourceapi.ResourceClaim {
 
 // TestClaimsShareACard: three claims of 4 GiB and 30 cores share one card
 // of a 2×T4 node under the shipped policy, each allocation names its card,
-// the consumed capacity, its claim's UID as share ID and the class's config,
+// the consumed capacity, a share ID of its own and the class's config,
 // is bound to the node and reserved for its pod; a fourth of 4 GiB still
 // fits the other card, and the assignment annotation agrees with the claim.
 func TestClaimsShareACard(t *testing.T) {
@@ -164,7 +164,7 @@ func TestClaimsShareACard(t *testing.T) {
 	p := draWorld(t, claims...)
 	node := t4Node("n1", 2, false)
 	p.setNodes(node)
-	cards := map[string]bool{}
+	cards, shares := map[string]bool{}, map[types.UID]bool{}
 	for _, c := range claims {
 		pod := draPod("p-"+c.Name, c.Name)
 		got, st := schedule(t, p, pod, node)
@@ -179,9 +179,12 @@ func TestClaimsShareACard(t *testing.T) {
 		r := a.Devices.Results[0]
 		cards[r.Device] = true
 		mem, cores := r.ConsumedCapacity[protocol.DRACapacityMemory], r.ConsumedCapacity[protocol.DRACapacityCores]
-		if r.Driver != protocol.DRADriver || r.Pool != "n1" || r.Request != "gpu" || r.ShareID == nil || *r.ShareID != c.UID ||
+		if r.Driver != protocol.DRADriver || r.Pool != "n1" || r.Request != "gpu" || r.ShareID == nil || *r.ShareID == c.UID || shares[*r.ShareID] ||
 			mem.Value() != 4<<30 || cores.Value() != 30 {
 			t.Errorf("%s: result %+v (memory %s cores %s)", c.Name, r, mem.String(), cores.String())
+		}
+		if r.ShareID != nil {
+			shares[*r.ShareID] = true
 		}
 		if len(a.Devices.Config) != 1 || a.Devices.Config[0].Source != resourceapi.AllocationConfigSourceClass ||
 			!strings.Contains(string(a.Devices.Config[0].Opaque.Parameters.Raw), `"class":"general"`) {

@@ -41,7 +41,10 @@ type staleClaims struct {
 
 // staleKey is one claim left allocated for one pod.
 type staleKey struct {
-	ref     request.ClaimRef
+	ref request.ClaimRef
+	// share is the stale allocation's share ID: a newer allocation of
+	// the claim is not taken back.
+	share   types.UID
 	pod     string
 	podUID  types.UID
 	retries int
@@ -57,10 +60,10 @@ func newStaleClaims(ctx context.Context, p *QGPU) *staleClaims {
 	return &staleClaims{p: p, ctx: ctx, queue: q}
 }
 
-// add queues the release of ref's allocation for pod.
-func (s *staleClaims) add(ref request.ClaimRef, pod *v1.Pod) {
+// add queues the release of a stale allocation for pod.
+func (s *staleClaims) add(stale *request.AllocatedClaimError, pod *v1.Pod) {
 	s.start.Do(func() { go wait.UntilWithContext(s.ctx, s.work, time.Second) })
-	s.queue.Add(staleKey{ref: ref, pod: pod.Name, podUID: pod.UID})
+	s.queue.Add(staleKey{ref: stale.Ref, share: stale.Share, pod: pod.Name, podUID: pod.UID})
 }
 
 func (s *staleClaims) work(ctx context.Context) {
@@ -104,7 +107,7 @@ func (s *staleClaims) release(ctx context.Context, k staleKey) error {
 		logger.V(2).Info("Kept a qGPU claim: the API server has its pod bound (the informer had not seen the binding)", "node", pod.Spec.NodeName)
 		return nil
 	}
-	if err := s.p.takeBack(ctx, k.ref, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: k.podUID}}, mine(k.ref)); err != nil {
+	if err := s.p.takeBack(ctx, k.ref, &v1.Pod{ObjectMeta: metav1.ObjectMeta{UID: k.podUID}}, sharedAs(k.share)); err != nil {
 		return err
 	}
 	logger.V(2).Info("Released a qGPU claim a dead cycle left allocated")

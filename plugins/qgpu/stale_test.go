@@ -50,3 +50,45 @@ func TestStaleClaimOfABoundPodKept(t *testing.T) {
 		t.Fatalf("the claim of a pod the API server has bound was released: %+v", c.Status)
 	}
 }
+
+// TestClaimsShareIDPerAllocation: every allocation of a claim draws its own
+// share ID (as upstream's allocator does), so a node can tell a claim
+// re-allocated before it unprepared the old allocation, and Unreserve of an
+// older cycle cannot take back a newer allocation of the same claim.
+func TestClaimsShareIDPerAllocation(t *testing.T) {
+	p := draWorld(t, draClaim("r1", protocol.ClassGeneral, "2Gi", "20"))
+	p.setNodes(t4Node("n1", 2, false))
+	ctx := context.Background()
+	pod := draPod("p", "r1")
+	if _, err := p.handle.ClientSet().CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	first := reservedCycle(t, p, pod, "n1")
+	if st := p.PreBind(ctx, first, pod, "n1"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	share1 := *readClaim(t, p, "r1").Status.Allocation.Devices.Results[0].ShareID
+	p.Unreserve(ctx, first, pod, "n1")
+	second := reservedCycle(t, p, pod, "n1")
+	if st := p.PreBind(ctx, second, pod, "n1"); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	share2 := *readClaim(t, p, "r1").Status.Allocation.Devices.Results[0].ShareID
+	if share1 == share2 || share1 == "00000000-0000-0000-0000-0000000000r1" {
+		t.Fatalf("share IDs %s and %s: want a fresh one per allocation", share1, share2)
+	}
+	// The first cycle's Unreserve, late, leaves the second's allocation.
+	p.releaseClaims(ctx, mustState(t, first), pod)
+	if c := readClaim(t, p, "r1"); c.Status.Allocation == nil || *c.Status.Allocation.Devices.Results[0].ShareID != share2 {
+		t.Fatalf("a stale Unreserve took back the newer allocation: %+v", c.Status)
+	}
+}
+
+func mustState(t *testing.T, cs fwk.CycleState) *cycleState {
+	t.Helper()
+	s, err := readState(cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}

@@ -2,6 +2,7 @@ package qgpu
 
 import (
 	"fmt"
+	"k8s.io/apimachinery/pkg/types"
 
 	fwk "k8s.io/kube-scheduler/framework"
 
@@ -35,6 +36,9 @@ type cycleState struct {
 	// claimsWritten: PreBind began writing the claims' allocations, so
 	// Unreserve takes them back.
 	claimsWritten bool
+	// shares are the share IDs PreBind drew for the claims' allocations,
+	// by claim UID: what Unreserve may take back.
+	shares map[types.UID]types.UID
 }
 
 type delta struct {

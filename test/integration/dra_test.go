@@ -128,7 +128,7 @@ func TestDRAClaimsPlacedByQGPU(t *testing.T) {
 		mem, cores := r.ConsumedCapacity[protocol.DRACapacityMemory], r.ConsumedCapacity[protocol.DRACapacityCores]
 		s := a.Containers[0].Slices[0]
 		if a.Node != "t4" || r.Pool != a.Node || r.Device != protocol.DRADeviceName(s.Index) || mem.Value() != 4<<30 || cores.Value() != 30 ||
-			r.ShareID == nil || *r.ShareID != claim.UID {
+			r.ShareID == nil || *r.ShareID == claim.UID {
 			t.Errorf("claim %s: result %+v (memory %s, cores %s), assignment %+v", n, r, mem.String(), cores.String(), a)
 		}
 		cards[r.Device] = true

@@ -138,7 +138,7 @@ var mutants = []mutant{
 	// The DRA path (plugins/qgpu/claims.go, request/claims.go, internal/view/claims.go; docs/dra.md).
 	{File: "plugins/qgpu/claims.go", Old: "\t\t\tif c.Status.Allocation != nil {\n\t\t\t\treturn fmt.Errorf(\"claim %s/%s was allocated by another", New: "\t\t\tif false {\n\t\t\t\treturn fmt.Errorf(\"claim %s/%s was allocated by another", Pkgs: plugin, Run: "TestClaims", Why: "claims: never over another's allocation"},
 	{File: "plugins/qgpu/claims.go", Old: "if !keptCapacity(stored) {", New: "if !keptCapacity(stored) && false {", Pkgs: plugin, Run: "TestClaims", Why: "claims: no binding when the apiserver dropped the consumed capacity"},
-	{File: "plugins/qgpu/claims.go", Old: "r.Driver == protocol.DRADriver && r.ShareID != nil && *r.ShareID == ref.UID", New: "r.Driver == protocol.DRADriver", Pkgs: plugin, Run: "TestClaims", Why: "claims: Unreserve releases only its own allocation"},
+	{File: "plugins/qgpu/claims.go", Old: "r.Driver == protocol.DRADriver && r.ShareID != nil && *r.ShareID == share", New: "r.Driver == protocol.DRADriver", Pkgs: plugin, Run: "TestClaims", Why: "claims: Unreserve releases only its own allocation"},
 	{File: "plugins/qgpu/claims.go", Old: "\t\tif c.UID != ref.UID {", New: "\t\tif false {", Pkgs: plugin, Run: "TestClaims", Why: "claims: never allocate a claim re-created since PreFilter"},
 	{File: "plugins/qgpu/claims.go", Old: "\t\tif c.DeletionTimestamp != nil {", New: "\t\tif false {", Pkgs: plugin, Run: "TestClaims", Why: "claims: never allocate a claim being deleted"},
 	{File: "plugins/qgpu/claims.go", Old: "s.Spec.Pool.Name == *s.Spec.NodeName && ", New: "", Pkgs: plugin, Run: "TestClaims", Why: "claims: a node serves claims in the pool named after it"},

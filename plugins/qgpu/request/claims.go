@@ -26,6 +26,9 @@ type AllocatedClaimError struct {
 	// scheduler that wrote it did not live to bind the pod (or to take it
 	// back). Nothing else holds it; whoever places the pod may release it.
 	Stale bool
+	// Share is the stale allocation's share ID (drawn afresh for every
+	// allocation), so that releasing it never takes back a newer one.
+	Share types.UID
 }
 
 func (e *AllocatedClaimError) Error() string {
@@ -38,24 +41,28 @@ func (e *AllocatedClaimError) Error() string {
 
 func (e *AllocatedClaimError) Unwrap() error { return ErrClaimPending }
 
-// staleFor reports whether qGPU allocated the claim for pod (its share ID
-// is the claim's UID, as the plugin writes it), nothing but pod holds it,
-// and pod is not bound.
-func staleFor(claim *resourceapi.ResourceClaim, pod *v1.Pod) bool {
+// staleFor reports whether qGPU allocated the claim for pod (every result
+// is of its driver with a share ID: no other allocator may write those,
+// docs/dra.md), nothing but pod holds it, and pod is not bound as far as
+// the caller's cache knows (the release asks the API server again); and
+// the allocation's share ID.
+func staleFor(claim *resourceapi.ResourceClaim, pod *v1.Pod) (bool, types.UID) {
 	if pod.Spec.NodeName != "" {
-		return false
+		return false, ""
 	}
 	for _, r := range claim.Status.ReservedFor {
 		if r.UID != pod.UID {
-			return false
+			return false, ""
 		}
 	}
+	var share types.UID
 	for _, r := range claim.Status.Allocation.Devices.Results {
-		if r.Driver != protocol.DRADriver || r.ShareID == nil || *r.ShareID != claim.UID {
-			return false
+		if r.Driver != protocol.DRADriver || r.ShareID == nil {
+			return false, ""
 		}
+		share = *r.ShareID
 	}
-	return len(claim.Status.Allocation.Devices.Results) > 0
+	return share != "", share
 }
 
 // ClaimRef ties one container's slice to the ResourceClaim request it came
@@ -218,7 +225,8 @@ func claimSlice(pod *v1.Pod, claim *resourceapi.ResourceClaim, podClaim string, 
 		return ref, Container{}, "", false, invalidf("resourceClaims[%s]: used by %s: qGPU claims serve app containers only", podClaim, users[0])
 	}
 	if claim.Status.Allocation != nil {
-		return ref, Container{}, "", false, &AllocatedClaimError{Ref: ref, Stale: staleFor(claim, pod)}
+		stale, share := staleFor(claim, pod)
+		return ref, Container{}, "", false, &AllocatedClaimError{Ref: ref, Stale: stale, Share: share}
 	}
 	r := reqs[0]
 	ref.Request, ref.Container = r.Name, users[0]

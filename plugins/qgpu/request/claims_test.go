@@ -196,7 +196,7 @@ func TestParseClaimsTemplateAndOtherDrivers(t *testing.T) {
 
 // TestParseClaimsStale: a claim qGPU allocated for this very pod is stale
 // (its cycle never bound the pod) only while the pod is unbound, reserved
-// for nobody else and holding only qGPU's results with the claim's share.
+// for nobody else and holding only qGPU's results with a share ID.
 func TestParseClaimsStale(t *testing.T) {
 	pod := claimPod("a")
 	allocated := func(mutate func(c *resourceapi.ResourceClaim)) *resourceapi.ResourceClaim {
@@ -223,7 +223,8 @@ func TestParseClaimsStale(t *testing.T) {
 		{"another consumer", pod, allocated(func(c *resourceapi.ResourceClaim) {
 			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: "b", UID: "b"})
 		}), false},
-		{"another share", pod, allocated(func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("x")) }), false},
+		{"another driver's result", pod, allocated(func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].Driver = "nic.example.com" }), false},
+		{"no share ID", pod, allocated(func(c *resourceapi.ResourceClaim) { c.Status.Allocation.Devices.Results[0].ShareID = nil }), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseClaims(tc.pod, getter(tc.claim))
