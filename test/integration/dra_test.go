@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -192,7 +193,11 @@ func allocatedClaim(t *testing.T, cs kubernetes.Interface, name string) *resourc
 // TestDRAOnlyQGPUSchedulerAllocates: with manifests/dra's policy, a claim
 // status carrying a gpu.qgpu.io result is refused to every identity but
 // qgpu-scheduler's service account (the default scheduler would double-book
-// a card); a status without one, or leaving the results as they are, passes.
+// a card), and so is one changing the configuration (the class) beside
+// unchanged results; under qgpu-scheduler's account, a result for a request
+// of another DeviceClass is refused (the in-tree allocator of a profile
+// sharing the account); a status without one, or leaving the results as
+// they are, passes.
 func TestDRAOnlyQGPUSchedulerAllocates(t *testing.T) {
 	cp := draControlPlane(t, func(string) bool { return true })
 	ctx := context.Background()
@@ -240,6 +245,41 @@ func TestDRAOnlyQGPUSchedulerAllocates(t *testing.T) {
 	}
 	if err := allocate(qgpuScheduler, protocol.DRADriver); err != nil {
 		t.Fatalf("qgpu-scheduler allocating its device: %v", err)
+	}
+	// Another identity keeping the results but changing the configuration
+	// the node applies (the class) is refused.
+	reclass := func(cs kubernetes.Interface) error {
+		c, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, "c", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		c.Status.Allocation.Devices.Config = []resourceapi.DeviceAllocationConfiguration{{Source: resourceapi.AllocationConfigSourceClass, Requests: []string{"gpu"},
+			DeviceConfiguration: resourceapi.DeviceConfiguration{Opaque: &resourceapi.OpaqueDeviceConfiguration{Driver: protocol.DRADriver,
+				Parameters: runtime.RawExtension{Raw: protocol.NewDRAClassConfig(protocol.ClassOnline).Encode()}}}}}
+		_, err = cs.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{})
+		return err
+	}
+	// The apiserver itself keeps status.allocation immutable once set
+	// (1.34); the policy would refuse it too.
+	if err := reclass(impersonate(t, cp, "system:kube-scheduler")); err == nil ||
+		!(strings.Contains(err.Error(), "allocated by qgpu-scheduler only") || strings.Contains(err.Error(), "field is immutable")) {
+		t.Errorf("another identity changing the allocation's class: %v, want refused", err)
+	}
+	// Under qgpu-scheduler's own account (which a profile running
+	// DynamicResources shares), a gpu.qgpu.io device is allocated only for
+	// a request of a qGPU DeviceClass.
+	foreign := draClaim("foreign", protocol.ClassGeneral, 2, 10)
+	foreign.Spec.Devices.Requests[0].Exactly.DeviceClassName = "any-gpu.example.com"
+	createClaims(t, cp.Client, foreign)
+	fc, err := cp.Client.ResourceV1().ResourceClaims("default").Get(ctx, "foreign", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fc.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+		Request: "gpu", Driver: protocol.DRADriver, Pool: "n1", Device: "gpu-0", ShareID: &share}}}}
+	if _, err := qgpuScheduler.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, fc, metav1.UpdateOptions{}); err == nil ||
+		!strings.Contains(err.Error(), "request gpu names none") {
+		t.Errorf("a qGPU device for a request of another DeviceClass: %v, want refused", err)
 	}
 	// A deallocation by another identity passes (the resource-claim
 	// controller's; here the default scheduler's, which RBAC lets write

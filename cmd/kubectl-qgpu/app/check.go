@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/spf13/cobra"
+	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -126,7 +127,11 @@ func (o *options) check(cmd *cobra.Command, format string) (*CheckReport, error)
 	if err != nil {
 		return nil, err
 	}
-	report := checkReport(r.view, r.claims)
+	s, err := o.source()
+	if err != nil {
+		return nil, err
+	}
+	report := checkReport(r.view, r.claims, s.namespaces(cmd.Context()))
 	if p == nil {
 		printCheck(o.streams.Out, report)
 		return report, nil
@@ -135,11 +140,13 @@ func (o *options) check(cmd *cobra.Command, format string) (*CheckReport, error)
 }
 
 // checkReport is the cluster's violations (the claimed pods compared with
-// claims too), warnings (not counted: view.Cluster.Warnings says why) and
-// swapped pods.
-func checkReport(c *view.Cluster, claims []resourceapi.ResourceClaim) *CheckReport {
+// claims too), warnings (not counted: view.Cluster.Warnings says why; and
+// the namespaces of qGPU pods without Pod Security baseline, an
+// administrator's setting rather than a card's invariant) and swapped pods.
+func checkReport(c *view.Cluster, claims []resourceapi.ResourceClaim, namespaces []v1.Namespace) *CheckReport {
 	violations := append(c.Check(), c.CheckClaims(claims)...)
-	r := &CheckReport{TypeMeta: typeMeta("CheckReport"), Violations: findings(violations), Warnings: findings(c.Warnings()), Swapped: c.Swapped()}
+	warnings := append(c.Warnings(), c.PodSecurityWarnings(namespaces)...)
+	r := &CheckReport{TypeMeta: typeMeta("CheckReport"), Violations: findings(violations), Warnings: findings(warnings), Swapped: c.Swapped()}
 	if r.Swapped == nil {
 		r.Swapped = []string{}
 	}

@@ -61,7 +61,7 @@ func TestPrintCheck(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			r := checkReport(view.Build(tc.nodes, tc.pods(t), 0), nil)
+			r := checkReport(view.Build(tc.nodes, tc.pods(t), 0), nil, nil)
 			printCheck(&out, r)
 			if diff := cmp.Diff(tc.want, out.String()); diff != "" {
 				t.Errorf("output (-want +got):\n%s", diff)

@@ -88,6 +88,17 @@ func (s *source) claims(ctx context.Context) []resourceapi.ResourceClaim {
 	return nil
 }
 
+// namespaces lists the cluster's namespaces for check's Pod Security
+// warnings; a user who may not list them is warned once and gets nil.
+func (s *source) namespaces(ctx context.Context) []v1.Namespace {
+	list, err := s.client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		s.warn("namespaces not read (their Pod Security levels are not checked): %v", explain(err, "listing namespaces"))
+		return nil
+	}
+	return list.Items
+}
+
 // cardModels reads the card models of the named nodes from their
 // inventories, for `pods -o wide`. Node info is extra there: a user who may
 // not get nodes is warned once and gets nil.
