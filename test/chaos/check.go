@@ -129,7 +129,8 @@ func (e *env) checkRefusals() int {
 			v = append(v, view.Violation{Kind: "OverCapacityAssignment", Object: "pod " + string(uid), Detail: "the agent refused its grant: " + msg})
 		}
 	}
-	return report("agent capacity refusals", v)
+	// Checked: every bound pod, whose admission the observer watched.
+	return report("agent capacity refusals", len(e.bound), v)
 }
 
 func (e *env) read(ctx context.Context) (*view.Cluster, error) {
@@ -159,14 +160,21 @@ func (e *env) checkCluster(ctx context.Context, when string) int {
 		fmt.Printf("check %s: %v\n", when, err)
 		return 1
 	}
-	return report("check "+when, append(v, claims...))
+	return report("check "+when, len(c.Pods), append(v, claims...))
 }
 
-func report(what string, v []view.Violation) int {
+// report prints a check's violations and its last line, `<what>: checked
+// K, N violations`, and returns the number of failures: a check that
+// checked nothing fails (NothingChecked), since it could not have found a
+// violation.
+func report(what string, checked int, v []view.Violation) int {
+	if checked == 0 {
+		v = append(v, view.Violation{Kind: "NothingChecked", Object: what, Detail: "the check had no case to judge: it proves nothing"})
+	}
 	for _, x := range v {
 		fmt.Printf("  VIOLATION %s\n", x)
 	}
-	fmt.Printf("%s: %d violations\n", what, len(v))
+	fmt.Printf("%s: checked %d, %d violations\n", what, checked, len(v))
 	return len(v)
 }
 
@@ -264,5 +272,5 @@ func (e *env) checkStores(ctx context.Context) int {
 			held = append(held, view.Held{Node: n.Name, PodUID: types.UID(g.PodUID), Namespace: g.Namespace, Name: g.Name, Container: g.Container, Resource: g.Resource})
 		}
 	}
-	return report(fmt.Sprintf("agent stores (%d grants)", len(held)), c.CheckHeld(held))
+	return report("agent stores (grants)", len(held), c.CheckHeld(held))
 }

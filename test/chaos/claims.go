@@ -139,6 +139,7 @@ func (e *env) dropAllClaims(ctx context.Context) error {
 	for _, c := range claims.Items {
 		errs = append(errs, e.dropClaim(ctx, c.Name))
 	}
+	e.dropped += len(claims.Items)
 	return errors.Join(errs...)
 }
 

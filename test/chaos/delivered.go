@@ -47,14 +47,19 @@ func (e *env) checkDelivered(ctx context.Context) int {
 			continue
 		}
 		phases[string(p.Status.Phase)]++
-		if p.Status.Phase != corev1.PodRunning {
-			continue
+		if p.Status.Phase != corev1.PodRunning || len(p.Spec.ResourceClaims) > 0 {
+			continue // claimed pods: the node side of DRA does not run here (claims.go)
 		}
 		grant, _ := protocol.DecodeAssignment([]byte(p.Annotations[protocol.AnnotationGrant]))
+		assigned, _ := protocol.DecodeAssignment([]byte(p.Annotations[protocol.AnnotationAssignment]))
 		for _, c := range p.Spec.Containers {
 			got, err := node.ContainerEnv(p.Namespace, p.Name, c.Name)
-			if err != nil || got["NVIDIA_VISIBLE_DEVICES"] == "" {
-				continue // not created yet, or no qGPU container
+			if problem := nothingDelivered(assigned, c.Name, got, err); problem != "" {
+				v = append(v, view.Violation{Kind: "NothingDelivered", Object: p.Namespace + "/" + p.Name + " container " + c.Name, Detail: problem})
+				continue
+			}
+			if got["NVIDIA_VISIBLE_DEVICES"] == "" {
+				continue // a container the scheduler gave no slice
 			}
 			checked++
 			d := parseDelivered(got)
@@ -78,7 +83,24 @@ func (e *env) checkDelivered(ctx context.Context) int {
 	for _, ph := range slices.Sorted(maps.Keys(phases)) {
 		byPhase = append(byPhase, fmt.Sprintf("%s %d", ph, phases[ph]))
 	}
-	return report(fmt.Sprintf("delivered (%d running containers' environments; bound pods: %s)", checked, strings.Join(byPhase, ", ")), v)
+	return report(fmt.Sprintf("delivered (running containers' environments; bound pods: %s)", strings.Join(byPhase, ", ")), checked, v)
+}
+
+// nothingDelivered is why a running container's record fails the check
+// before its contents are compared: one the scheduler assigned slices
+// whose record cannot be read, or which was given no card. "" when the
+// record can be judged, or the container was assigned nothing.
+func nothingDelivered(assigned *protocol.Assignment, container string, env map[string]string, err error) string {
+	if _, ok := grantOf(assigned, container); !ok {
+		return ""
+	}
+	switch {
+	case err != nil:
+		return "assigned a slice, but the record of what it was given cannot be read: " + err.Error()
+	case env["NVIDIA_VISIBLE_DEVICES"] == "":
+		return "assigned a slice, but given no card (NVIDIA_VISIBLE_DEVICES is empty)"
+	}
+	return ""
 }
 
 // cardMemory is every card's memory in GiB by UUID, from the node specs

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -30,5 +31,45 @@ func TestDeliveredMatches(t *testing.T) {
 				t.Errorf("%v matches %v: %v, want %v", tc.env, tc.grant, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestNothingDelivered: a running container the scheduler assigned a slice
+// fails the check when its record cannot be read or names no card (it was
+// skipped before, so an empty record passed); one assigned nothing is left
+// alone.
+func TestNothingDelivered(t *testing.T) {
+	a := &protocol.Assignment{Containers: []protocol.ContainerAssignment{{Name: "gpu", Slices: []protocol.Slice{{Index: 0, UUID: "GPU-a", MemoryGiB: 2, Cores: 10}}}}}
+	tests := []struct {
+		name      string
+		container string
+		env       map[string]string
+		err       error
+		fails     bool
+	}{
+		{"given its card", "gpu", map[string]string{"NVIDIA_VISIBLE_DEVICES": "GPU-a"}, nil, false},
+		{"record unreadable", "gpu", nil, errors.New("no such file"), true},
+		{"given no card", "gpu", map[string]string{"QGPU_MEMORY_GIB": "2"}, nil, true},
+		{"a container assigned nothing", "sidecar", nil, errors.New("no such file"), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := nothingDelivered(a, tc.container, tc.env, tc.err); (got != "") != tc.fails {
+				t.Errorf("nothingDelivered = %q, want a failure: %v", got, tc.fails)
+			}
+		})
+	}
+	if got := nothingDelivered(nil, "gpu", nil, errors.New("x")); got != "" {
+		t.Errorf("a pod without an assignment: %q", got)
+	}
+}
+
+// TestReportFailsEmpty: a check that judged nothing fails.
+func TestReportFailsEmpty(t *testing.T) {
+	if n := report("empty", 0, nil); n != 1 {
+		t.Errorf("report of nothing checked: %d failures, want 1", n)
+	}
+	if n := report("full", 3, nil); n != 0 {
+		t.Errorf("report of 3 clean cases: %d failures, want 0", n)
 	}
 }

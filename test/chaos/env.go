@@ -58,6 +58,9 @@ type env struct {
 	// (claims.go); claimed are their UIDs, claimNames their names (each
 	// pod's claim is named after it).
 	dra        bool
+	// dropped counts the claims the probe deleted: the cases of the
+	// claims check after it.
+	dropped int
 	claimed    map[types.UID]bool
 	claimNames map[string]bool
 	// kubelet holds the kubelet-api-faults run's proxies (kubeletapi.go).
