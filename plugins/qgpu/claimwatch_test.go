@@ -8,6 +8,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
@@ -38,22 +39,14 @@ func allocatedClaim(claim *resourceapi.ResourceClaim, node string, index int, me
 // until the allocation is cleared. Fails where the ledger counts slices by
 // pod only (eebf961).
 func TestClaimHoldsItsSliceUntilCleared(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	slice := protocol.Slice{Index: 0, UUID: "GPU-Tesla-T4-00", MemoryGiB: 10, Cores: 50}
 	a := boundPod("a", "n1", "uid-a", slice)
 	b := boundPod("b", "n1", "uid-b", slice)
 	delete(b.Annotations, protocol.AnnotationAssignment) // bound by spec.nodeName: no scheduler saw it
 	claim := allocatedClaim(draClaim("shared", protocol.ClassGeneral, "10Gi", "50"), "n1", 0, 10, 50, a, b)
 	node := t4Node("n1", 1, false)
-	cs := fake.NewClientset(node, a, b, claim)
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	pl, err := New(ctx, nil, &fakeHandle{cs: cs, factory: factory})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pl.(*QGPU)
-	factory.Start(ctx.Done())
+	p, cs := liveWorld(t, node, a, b, claim)
 	usedMem := func() int64 {
 		n, _ := p.ledger.CopyNode("n1", nil)
 		if len(n.Cards) == 0 {
@@ -90,4 +83,20 @@ func TestClaimHoldsItsSliceUntilCleared(t *testing.T) {
 	if _, _, ok := p.ledger.ClaimHolding(claim.UID); ok {
 		t.Fatal("a cleared allocation is still recorded")
 	}
+}
+
+// liveWorld is a plugin fed by informers of a fake clientset holding objs,
+// as the scheduler runs it (watch.go, claimwatch.go); stopped with the test.
+func liveWorld(t *testing.T, objs ...runtime.Object) (*QGPU, *fake.Clientset) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cs := fake.NewClientset(objs...)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	pl, err := New(ctx, nil, &fakeHandle{cs: cs, factory: factory})
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	return pl.(*QGPU), cs
 }

@@ -34,20 +34,12 @@ func boundPod(name, node string, uid types.UID, slice protocol.Slice) *v1.Pod {
 // The ledger is rebuilt from the assignments of bound pods; assignments not
 // made for the pod (forged) are ignored; deleted pods free their slices.
 func TestWatchRebuildsLedger(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	ctx := context.Background()
 	slice := protocol.Slice{Index: 0, UUID: "GPU-Tesla-T4-00", MemoryGiB: 4, Cores: 40}
 	good := boundPod("good", "n1", "uid-good", slice)
 	forged := boundPod("forged", "n1", "uid-forged", slice)
 	forged.UID = "uid-other" // the annotation names another pod's UID
-	cs := fake.NewClientset(t4Node("n1", 1, false), good, forged)
-	factory := informers.NewSharedInformerFactory(cs, 0)
-	pl, err := New(ctx, nil, &fakeHandle{cs: cs, factory: factory})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := pl.(*QGPU)
-	factory.Start(ctx.Done())
+	p, cs := liveWorld(t, t4Node("n1", 1, false), good, forged)
 	waitFor(t, func() bool {
 		n, _ := p.ledger.CopyNode("n1", nil)
 		return len(n.Cards) == 1 && n.Cards[0].UsedMemoryGiB == 4
