@@ -70,9 +70,15 @@ func cardlessEscapes(ctx context.Context, o options, cp *harness.ControlPlane, n
 	return tally, failures
 }
 
-// runtimeControl shows what the admission policy stands between: a pod
-// that opts out of it (label qgpu.io/admission=ignore) and runs under
-// RuntimeClass nvidia with NVIDIA_VISIBLE_DEVICES=all. Where the node's
+// controlNamespace holds the control pod: the e2e program, as the
+// cluster's administrator, labels it qgpu.io/admission=ignore, the
+// namespace opt-out of qGPU's pod policies (a pod's own label opts out of
+// nothing: docs/install.md#admission).
+const controlNamespace = "qgpu-e2e-control"
+
+// runtimeControl shows what the admission policy stands between: a pod in
+// an opted-out namespace (controlNamespace) that runs under RuntimeClass
+// nvidia with NVIDIA_VISIBLE_DEVICES=all. Where the node's
 // toolkit accepts the variable from unprivileged containers (GPU
 // Operator's default) NVIDIA's runtime gives it every card of the node
 // (management.nvidia.com/gpu=all); where it does not, none. Either way
@@ -81,12 +87,16 @@ func cardlessEscapes(ctx context.Context, o options, cp *harness.ControlPlane, n
 func runtimeControl(ctx context.Context, o options, cp *harness.ControlPlane, n *node, cards int) int {
 	c := corev1.Container{Name: "probe", Image: o.repo + "/probe:" + o.version, ImagePullPolicy: corev1.PullNever,
 		Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}
+	if err := optedOutNamespace(ctx, cp, controlNamespace); err != nil {
+		fmt.Printf("FAIL control on %s: %v\n", n.name, err)
+		return 1
+	}
 	p := probePod("control-runtime-class", n.name, c)
-	p.Labels["qgpu.io/admission"] = "ignore"
+	p.Namespace = controlNamespace
 	p.Spec.SchedulerName = corev1.DefaultSchedulerName
 	class := nvidiaRuntimeClass
 	p.Spec.RuntimeClassName = &class
-	defer func() { _ = deleteAndWait(ctx, cp, "app.kubernetes.io/part-of="+backendsLabel) }()
+	defer func() { _ = deleteAndWaitIn(ctx, cp, controlNamespace, "app.kubernetes.io/part-of="+backendsLabel) }()
 	_, lines, err := runProbe(ctx, cp, n, p)
 	if err != nil {
 		fmt.Printf("FAIL control on %s: a pod under RuntimeClass nvidia: %v\n", n.name, err)
@@ -106,18 +116,18 @@ func runtimeControl(ctx context.Context, o options, cp *harness.ControlPlane, n 
 		fmt.Printf("FAIL control on %s (%s): a pod under RuntimeClass nvidia with NVIDIA_VISIBLE_DEVICES=all sees %d cards, want %d\n", n.name, n.mode, seen, want)
 		return 1
 	}
-	fmt.Printf("ok   control on %s (%s): an opted-out pod under RuntimeClass nvidia with NVIDIA_VISIBLE_DEVICES=all sees %d of %d cards\n", n.name, n.mode, seen, cards)
+	fmt.Printf("ok   control on %s (%s): a pod of an opted-out namespace under RuntimeClass nvidia with NVIDIA_VISIBLE_DEVICES=all sees %d of %d cards\n", n.name, n.mode, seen, cards)
 	return 0
 }
 
-// runProbe creates the probe pod p, waits until it runs and returns it
-// with its output.
+// runProbe creates the probe pod p in its namespace, waits until it runs
+// and returns it with its output.
 func runProbe(ctx context.Context, cp *harness.ControlPlane, n *node, p *corev1.Pod) (*corev1.Pod, []verify.Line, error) {
-	p, err := cp.Client.CoreV1().Pods(examplesNamespace).Create(ctx, p, metav1.CreateOptions{})
+	p, err := cp.Client.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
-	if p, err = waitPodSettled(ctx, cp, p.Name); err != nil {
+	if p, err = waitPodSettledIn(ctx, cp, p.Namespace, p.Name); err != nil {
 		return p, nil, err
 	}
 	lines, err := containerOutput(n.dir, p, "probe")

@@ -17,12 +17,18 @@ import (
 
 // Waiting on, deleting and relabelling the objects the checks create.
 
-// waitPodSettled waits until the pod runs, or fails (a refused Allocate).
+// waitPodSettled waits until the pod of examplesNamespace runs, or fails (a
+// refused Allocate).
 func waitPodSettled(ctx context.Context, cp *harness.ControlPlane, name string) (*corev1.Pod, error) {
+	return waitPodSettledIn(ctx, cp, examplesNamespace, name)
+}
+
+// waitPodSettledIn is waitPodSettled for a pod of namespace ns.
+func waitPodSettledIn(ctx context.Context, cp *harness.ControlPlane, ns, name string) (*corev1.Pod, error) {
 	var p *corev1.Pod
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		var err error
-		if p, err = cp.Client.CoreV1().Pods(examplesNamespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		if p, err = cp.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{}); err != nil {
 			return false, nil
 		}
 		if p.Status.Phase == corev1.PodFailed {
@@ -33,10 +39,15 @@ func waitPodSettled(ctx context.Context, cp *harness.ControlPlane, name string) 
 	return p, err
 }
 
-// deleteAndWait deletes the pods with the label selector and waits until
-// they are gone (their grants released).
+// deleteAndWait deletes the pods of examplesNamespace with the label
+// selector and waits until they are gone (their grants released).
 func deleteAndWait(ctx context.Context, cp *harness.ControlPlane, selector string) error {
-	pods := cp.Client.CoreV1().Pods(examplesNamespace)
+	return deleteAndWaitIn(ctx, cp, examplesNamespace, selector)
+}
+
+// deleteAndWaitIn is deleteAndWait for the pods of namespace ns.
+func deleteAndWaitIn(ctx context.Context, cp *harness.ControlPlane, ns, selector string) error {
+	pods := cp.Client.CoreV1().Pods(ns)
 	// Graceful: the pod object goes once the kubelet has stopped it (the
 	// probe exits on SIGTERM).
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{},
@@ -132,4 +143,29 @@ func labelNode(ctx context.Context, cp *harness.ControlPlane, node string, label
 	patch := `{"metadata":{"labels":{` + strings.Join(parts, ",") + `}}}`
 	_, err := cp.Client.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 	return err
+}
+
+// optedOutNamespace creates namespace ns labelled qgpu.io/admission=ignore
+// (or labels it, if it exists), as a cluster administrator opts a namespace
+// out of qGPU's pod policies, and waits for its default ServiceAccount (the
+// ServiceAccount admission plugin refuses pods until the controller made it).
+func optedOutNamespace(ctx context.Context, cp *harness.ControlPlane, ns string) error {
+	const label = "qgpu.io/admission"
+	nss := cp.Client.CoreV1().Namespaces()
+	_, err := nss.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{label: "ignore"}}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		patch := []byte(`{"metadata":{"labels":{"` + label + `":"ignore"}}}`)
+		_, err = nss.Patch(ctx, ns, types.MergePatchType, patch, metav1.PatchOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("namespace %s labelled %s=ignore: %w", ns, label, err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := cp.Client.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s has no default ServiceAccount after a minute: %w", ns, err)
+	}
+	return nil
 }

@@ -56,7 +56,9 @@ func checkAgentOwnNode(t *testing.T, cp *harness.ControlPlane) {
 		t.Fatalf("the pod-bound token's %s is %q, want [node-a]; user %+v", nodeNameExtra, got, review.Status.UserInfo)
 	}
 
-	annotate := `{"metadata":{"annotations":{"example.com/touched":"by-agent-a"}}}`
+	// The inventory: the one annotation of its Node the agent may write
+	// (TestAgentWritesOnlyItsFields tries the others).
+	annotate := fmt.Sprintf(`{"metadata":{"annotations":{%q:"by-agent-a"}}}`, protocol.AnnotationInventory)
 	patchNode := func(c kubernetes.Interface, name string) func(context.Context) error {
 		return func(ctx context.Context) error {
 			_, err := c.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(annotate), metav1.PatchOptions{})

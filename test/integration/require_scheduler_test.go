@@ -72,9 +72,10 @@ func schedulerWords(p *corev1.Pod) string {
 // TestRequireSchedulerPolicy applies manifests/admission/require-scheduler
 // to a real kube-apiserver and creates pods (server-side dry run): a pod
 // asking for qGPU or vocabulary resources without qgpu-scheduler is refused
-// with the fix named, the opt-out labels let it through, pods of NVIDIA's
-// device plugin and CPU pods are untouched, and each native request rule
-// the policy carries refuses with the scheduler's own words.
+// with the fix named, a namespace's opt-out label lets it through and a
+// pod's does not, pods of NVIDIA's device plugin and CPU pods are
+// untouched, and each native request rule the policy carries refuses with
+// the scheduler's own words.
 func TestRequireSchedulerPolicy(t *testing.T) {
 	cs := startRequireScheduler(t)
 	ctx := context.Background()
@@ -114,7 +115,8 @@ func TestRequireSchedulerPolicy(t *testing.T) {
 		{"NVIDIA device plugin pod", sched(res("nvidia", map[string]int64{"nvidia.com/gpu": 1}), ""), ""},
 		{"CPU pod", sched(builders.GPUPod("cpu").CPU(500).Obj(), ""), ""},
 		{"opted-out namespace", ns(sched(general("nsout", 4, 30), ""), "opted-out"), ""},
-		{"opted-out pod", label(sched(general("podout", 4, 30), ""), "qgpu.io/admission", "ignore"), ""},
+		// The opt-out is the namespace's: the pod's creator sets its labels.
+		{"pod label does not opt out", label(sched(general("podout", 4, 30), ""), "qgpu.io/admission", "ignore"), noScheduler},
 		{"other pod label", label(sched(general("podin", 4, 30), ""), "qgpu.io/admission", "enforce"), noScheduler},
 		// The native request rules, in the scheduler's words.
 		{"core 150", general("c150", 4, 150), "containers[c]: tke.cloud.tencent.com/qgpu-core: value 150 above 100 must be a multiple of 100 (whole cards)"},

@@ -156,7 +156,8 @@ func routeCases(gpuTaint corev1.Toleration) []routeCase {
 		{name: "another taint", pod: cpu("other-key", corev1.Toleration{Key: "gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}), scheduler: def},
 		{name: "no tolerations", pod: cpu("none"), scheduler: def},
 		{name: "another scheduler named", pod: with(cpu("volcano", gpuTaint), func(p *corev1.Pod) { p.Spec.SchedulerName = "volcano" }), scheduler: "volcano"},
-		{name: "opt-out label", pod: with(cpu("opt-out", gpuTaint), func(p *corev1.Pod) { p.Labels = map[string]string{"qgpu.io/admission": "ignore"} }), scheduler: def},
+		// The opt-out is the namespace's: a pod's own label is ignored.
+		{name: "pod label does not opt out", pod: with(cpu("opt-out", gpuTaint), func(p *corev1.Pod) { p.Labels = map[string]string{"qgpu.io/admission": "ignore"} }), scheduler: qgpu},
 		{name: "opted-out namespace", pod: with(cpu("in-opted-out", gpuTaint), func(p *corev1.Pod) { p.Namespace = "opted-out" }), scheduler: def},
 		{name: "kube-system", pod: with(cpu("system", gpuTaint), func(p *corev1.Pod) { p.Namespace = "kube-system" }), scheduler: def},
 		{name: "qgpu-system", pod: with(cpu("ours", gpuTaint), func(p *corev1.Pod) { p.Namespace = "qgpu-system" }), scheduler: def},
