@@ -10,8 +10,11 @@ import (
 	"net"
 	"path/filepath"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
 
+	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/cardbudget"
 	"github.com/qgpu-scheduler/qgpu/agent/dra"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/nodeconfig"
@@ -53,10 +56,11 @@ func (c *Config) validateDRA() []error {
 // claimDriver is the driver that prepares the node's claims, its checkpoint
 // loaded and the claims gone since cleaned up; errors it cannot recover
 // from go to fatal.
-func (a *agent) claimDriver(ctx context.Context, driver *nvml.Driver, nodeCfg *nodeconfig.Config, specs *enforce.CDISpecs, fatal chan<- error) (*dra.Driver, error) {
+func (a *agent) claimDriver(ctx context.Context, driver *nvml.Driver, nodeCfg *nodeconfig.Config, specs *enforce.CDISpecs, podSource allocate.PodSource, fatal chan<- error) (*dra.Driver, error) {
 	claims, err := dra.NewDriver(a.cfg.NodeName, dra.DriverConfig{
 		Cards: a.tracker.Cards, Grantable: a.grantable(driver), Backend: nodeCfg.Current, CDI: specs,
-		Checkpoint: dra.Checkpoint{Path: a.cfg.checkpointPath()},
+		DeviceGrants: deviceGrants(a.store.List, podSource),
+		Checkpoint:   dra.Checkpoint{Path: a.cfg.checkpointPath()},
 		Fatal: func(err error) {
 			select {
 			case fatal <- err:
@@ -70,6 +74,36 @@ func (a *agent) claimDriver(ctx context.Context, driver *nvml.Driver, nodeCfg *n
 		klog.FromContext(ctx).Error(err, "Cleaning up the prepared claims that no longer exist; the next start tries again")
 	}
 	return claims, nil
+}
+
+// deviceGrants is dra.DriverConfig.DeviceGrants: the store's grants of
+// the node's pods that have not terminated. A node switched from the
+// device plugins to DRA keeps their store, and the pods they granted hold
+// their cards until they end; one with no grant lists no pod.
+func deviceGrants(list func() ([]store.Grant, error), pods allocate.PodSource) func(context.Context, bool) ([]store.Grant, error) {
+	return func(ctx context.Context, fresh bool) ([]store.Grant, error) {
+		grants, err := list()
+		if err != nil || len(grants) == 0 {
+			return nil, err
+		}
+		var bound []*v1.Pod
+		if fresh {
+			bound, err = pods.Fresh(ctx)
+		} else {
+			bound, err = pods.Cached()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing the node's pods: %w", err)
+		}
+		live := cardbudget.LivePods(bound)
+		var out []store.Grant
+		for _, g := range grants {
+			if live[g.PodUID] {
+				out = append(out, g)
+			}
+		}
+		return out, nil
+	}
 }
 
 // checkpointPath is --dra-checkpoint, else the driver's directory's.
@@ -104,7 +138,7 @@ func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net
 		return err
 	}
 	fatal := make(chan error, 1)
-	claims, err := a.claimDriver(ctx, driver, nodeCfg, specs, fatal)
+	claims, err := a.claimDriver(ctx, driver, nodeCfg, specs, podSource, fatal)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +20,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/cgroup"
 	"github.com/qgpu-scheduler/qgpu/agent/dra"
 	"github.com/qgpu-scheduler/qgpu/agent/nvml"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -140,5 +142,44 @@ func TestRunDRAPriorityController(t *testing.T) {
 	}
 	if frozen() {
 		t.Error("offline pod left frozen after the agent stopped")
+	}
+}
+
+// listedPods is an allocate.PodSource over two lists.
+type listedPods struct{ cached, fresh []*v1.Pod }
+
+func (l listedPods) Cached() ([]*v1.Pod, error)               { return l.cached, nil }
+func (l listedPods) Fresh(context.Context) ([]*v1.Pod, error) { return l.fresh, nil }
+
+// TestDeviceGrants: the claims' capacity check counts the device
+// plugins' grants of the pods that have not terminated, from the
+// informer's list or a fresh one; a node with no grant lists no pod.
+func TestDeviceGrants(t *testing.T) {
+	grant := func(uid string) store.Grant { return store.Grant{PodUID: uid, Resource: protocol.ResourceMemory} }
+	done := runningPod("done", "u-done")
+	done.Status.Phase = v1.PodSucceeded
+	pods := listedPods{cached: []*v1.Pod{runningPod("a", "u-a"), runningPod("b", "u-b"), done}, fresh: []*v1.Pod{runningPod("b", "u-b")}}
+	stored := []store.Grant{grant("u-a"), grant("u-b"), grant("u-done"), grant("u-gone")}
+	list := deviceGrants(func() ([]store.Grant, error) { return stored, nil }, pods)
+	uids := func(fresh bool) []string {
+		got, err := list(context.Background(), fresh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, g := range got {
+			out = append(out, g.PodUID)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"u-a", "u-b"}, uids(false)); diff != "" {
+		t.Errorf("from the cache (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"u-b"}, uids(true)); diff != "" {
+		t.Errorf("fresh (-want +got):\n%s", diff)
+	}
+	none := deviceGrants(func() ([]store.Grant, error) { return nil, nil }, nil) // a nil source would panic if asked
+	if got, err := none(context.Background(), true); err != nil || len(got) != 0 {
+		t.Errorf("no grant: %v, %v", got, err)
 	}
 }

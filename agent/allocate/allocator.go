@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"github.com/qgpu-scheduler/qgpu/agent/cardbudget"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/podresources"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
@@ -244,14 +245,14 @@ func (a *Allocator) withinCapacity(ctx context.Context, g store.Grant) error {
 	}
 	pods, err := a.Pods.Cached()
 	if err == nil {
-		if err = checkCapacity(a.Cards(), grants, livePods(pods), g); err == nil {
+		if err = checkCapacity(a.Cards(), grants, cardbudget.LivePods(pods), g); err == nil {
 			return nil
 		}
 	}
 	if pods, err = a.Pods.Fresh(ctx); err != nil {
 		return fmt.Errorf("listing pods to check the card's capacity: %w", err)
 	}
-	return checkCapacity(a.Cards(), grants, livePods(pods), g)
+	return checkCapacity(a.Cards(), grants, cardbudget.LivePods(pods), g)
 }
 
 // answer is the backend's answer to req, plus the device nodes of its

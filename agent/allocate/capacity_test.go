@@ -44,7 +44,7 @@ func TestAllocateRefusesForgedAssignmentOverCapacity(t *testing.T) {
 	if !errors.Is(err, ErrOverCapacity) {
 		t.Fatalf("second pod's memory: err = %v, want ErrOverCapacity", err)
 	}
-	for _, want := range []string{"default/second", "card 0 (GPU-0)", "10 GiB already granted + 10 GiB asked > the card's 14 GiB"} {
+	for _, want := range []string{"default/second", "card 0 (GPU-0)", "10 GiB already held + 10 GiB asked > the card's 14 GiB"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}
@@ -79,9 +79,9 @@ func TestCheckCapacity(t *testing.T) {
 		{"fits", []store.Grant{grant("a", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 10, 50))},
 			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 4, 50)), ""},
 		{"memory over", []store.Grant{grant("a", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 10, 50))},
-			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 5, 50)), "10 GiB already granted + 5 GiB asked > the card's 14 GiB"},
+			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 5, 50)), "10 GiB already held + 5 GiB asked > the card's 14 GiB"},
 		{"general cores over", []store.Grant{grant("a", "c", protocol.ResourceCore, protocol.ClassGeneral, slice(0, 1, 60))},
-			grant("b", "c", protocol.ResourceCore, protocol.ClassGeneral, slice(0, 1, 50)), "60 cores already granted + 50 cores asked > the card's 100 cores"},
+			grant("b", "c", protocol.ResourceCore, protocol.ClassGeneral, slice(0, 1, 50)), "60 cores already held + 50 cores asked > the card's 100 cores"},
 		{"offline greedy over", []store.Grant{grant("a", "c", protocol.ResourceCoreGreedy, protocol.ClassOffline, slice(1, 1, 80))},
 			grant("b", "c", protocol.ResourceCoreGreedy, protocol.ClassOffline, slice(1, 1, 30)), "card 1 (GPU-1): 80 cores"},
 		{"other card", []store.Grant{grant("a", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 10, 50))},
@@ -91,7 +91,11 @@ func TestCheckCapacity(t *testing.T) {
 		{"the grant being replaced does not count", []store.Grant{grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 10, 50))},
 			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 10, 50)), ""},
 		{"one pod over by itself", nil,
-			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 8, 50), slice(0, 8, 50)), "8 GiB already granted + 8 GiB asked"},
+			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 8, 50), slice(0, 8, 50)), "8 GiB already held + 8 GiB asked"},
+		{"general beside online", []store.Grant{grant("a", "c", protocol.ResourceMemory, protocol.ClassOnline, slice(1, 2, 0))},
+			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(1, 2, 10)), "a general slice never shares a card with online or offline ones"},
+		{"a pod's core grant beside its memory grant", []store.Grant{grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, slice(0, 14, 100))},
+			grant("b", "c", protocol.ResourceCore, protocol.ClassGeneral, slice(0, 14, 100)), ""},
 		{"unknown card", nil,
 			grant("b", "c", protocol.ResourceMemory, protocol.ClassGeneral, protocol.Slice{Index: 7, UUID: "GPU-forged", MemoryGiB: 1}), "names card 7 (GPU-forged), which this node does not have"},
 	}

@@ -3,6 +3,7 @@ package allocate
 import (
 	"fmt"
 
+	"github.com/qgpu-scheduler/qgpu/agent/cardbudget"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -23,7 +24,7 @@ func (a *Allocator) cardSlices(uuid string) ([]protocol.Slice, error) {
 	if err != nil {
 		return slicesOn(grants, nil, uuid), nil
 	}
-	return slicesOn(grants, livePods(pods), uuid), nil
+	return slicesOn(grants, cardbudget.LivePods(pods), uuid), nil
 }
 
 // slicesOn lists the slices on card uuid of the grants whose pod is live

@@ -13,8 +13,9 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 )
 
-// CheckpointVersion is the checkpoint format this build reads and writes.
-const CheckpointVersion = 1
+// CheckpointVersion is the checkpoint format this build writes. It reads
+// version 1 too, whose claims record no Allocation.
+const CheckpointVersion = 2
 
 // Prepared is one claim the driver prepared: enough to answer the kubelet
 // again with the same devices, to write its CDI specs again, and to undo
@@ -24,6 +25,8 @@ type Prepared struct {
 	Namespace string            `json:"namespace"`
 	Name      string            `json:"name"`
 	Requests  []PreparedRequest `json:"requests"`
+	// Allocation is what it was prepared from (nil in a version-1 file).
+	Allocation *Allocation `json:"allocation,omitempty"`
 }
 
 // PreparedRequest is one request of a prepared claim: its slices, the CDI
@@ -63,8 +66,8 @@ func (c Checkpoint) Load() (map[types.UID]Prepared, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("DRA checkpoint %s: %w", c.Path, err)
 	}
-	if f.Version != CheckpointVersion {
-		return nil, fmt.Errorf("DRA checkpoint %s: version %d, this build reads %d", c.Path, f.Version, CheckpointVersion)
+	if f.Version != 1 && f.Version != CheckpointVersion {
+		return nil, fmt.Errorf("DRA checkpoint %s: version %d, this build reads 1 and %d", c.Path, f.Version, CheckpointVersion)
 	}
 	out := make(map[types.UID]Prepared, len(f.Claims))
 	for i, p := range f.Claims {

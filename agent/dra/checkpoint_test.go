@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	v1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
@@ -31,13 +32,15 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil || len(empty) != 0 {
 		t.Fatalf("missing file: %v, %v; want no claim", empty, err)
 	}
+	shared := makeClaim("b", []resourceapi.DeviceAllocationConfiguration{classConfig(protocol.ClassOnline)}, result("gpu", 0, 4, 0))
+	shared.Status.Allocation.Devices.Results[0].ShareID = ptr.To(types.UID("uid-b"))
 	want := map[types.UID]Prepared{
 		"u1": {UID: "u1", Namespace: "ns", Name: "a", Requests: []PreparedRequest{{
 			Request:    Request{Name: "gpu", Class: protocol.ClassOffline, Devices: []string{"gpu-1"}, Slices: []protocol.Slice{{Index: 1, UUID: "GPU-1", MemoryGiB: 3, Cores: 20}}},
 			SpecDevice: "u1_gpu", CardDevices: []string{"nvidia.com/gpu=GPU-1"},
 			Edits: cdispec.ContainerEdits{Env: []string{"A=1"}, Mounts: []*cdispec.Mount{{HostPath: "/h", ContainerPath: "/c", Type: "bind", Options: []string{"rbind", "ro"}}}},
 		}}},
-		"u2": {UID: "u2", Namespace: "ns", Name: "b"},
+		"u2": {UID: "u2", Namespace: "ns", Name: "b", Allocation: allocationOf(shared)},
 	}
 	if err := cp.Save(want); err != nil {
 		t.Fatal(err)
@@ -46,14 +49,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, got, cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 	if entries, _ := os.ReadDir(filepath.Dir(cp.Path)); len(entries) != 1 {
 		t.Errorf("files beside the checkpoint: %v (a temporary file left?)", entries)
 	}
 	for name, raw := range map[string]string{
-		"version 2":     `{"version":2,"claims":[]}`,
+		"version 3":     `{"version":3,"claims":[]}`,
 		"unknown field": `{"version":1,"claims":[],"extra":1}`,
 		"no uid":        `{"version":1,"claims":[{"namespace":"ns","name":"a","requests":null}]}`,
 		"truncated":     `{"version":1,"claims":[`,

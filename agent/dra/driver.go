@@ -17,6 +17,7 @@ import (
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -50,6 +51,11 @@ type DriverConfig struct {
 	// node's specs.
 	CDI        *enforce.CDISpecs
 	Checkpoint Checkpoint
+	// DeviceGrants, if set, lists the device plugins' grants of the
+	// node's pods that have not terminated (a node switched to DRA while
+	// such pods run): they hold the same cards as the claims. fresh asks
+	// for the pods from the API server rather than the informer's cache.
+	DeviceGrants func(ctx context.Context, fresh bool) ([]store.Grant, error)
 	// OnChange, if set, is called after a claim was prepared or unprepared.
 	OnChange func()
 	// Fatal, if set, receives the errors the kubelet plugin cannot recover
@@ -93,18 +99,29 @@ func (d *Driver) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	return out, nil
 }
 
-// prepare answers a claim prepared before from the checkpoint (writing its
-// specs again where they are gone: /var/run is a tmpfs), and prepares a
-// new one: nothing is written until every result has been read.
+// prepare answers a claim prepared before from the same allocation from
+// the checkpoint (writing its specs again where they are gone: /var/run is
+// a tmpfs). It prepares a new one, and one prepared from another
+// allocation again, once the old preparation is undone: nothing is written
+// until every result has been read and the cards found to have room.
 func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) (Prepared, error) {
 	if p, ok := d.prepared[claim.UID]; ok {
-		return p, d.writeSpecs(p)
+		if d.preparedFrom(p, claim) {
+			return p, d.writeSpecs(p)
+		}
+		klog.FromContext(ctx).Info("Preparing a claim again: its allocation is not the one it was prepared from", "claim", klog.KObj(claim))
+		if err := d.unprepare(ctx, claim.UID); err != nil {
+			return Prepared{}, fmt.Errorf("undoing its preparation from an earlier allocation: %w", err)
+		}
 	}
 	requests, err := Requests(claim, d.node, d.cardOf)
 	if err != nil {
 		return Prepared{}, err
 	}
-	p := Prepared{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name}
+	if err := d.withinCapacity(ctx, claim, requests); err != nil {
+		return Prepared{}, err
+	}
+	p := Prepared{UID: claim.UID, Namespace: claim.Namespace, Name: claim.Name, Allocation: allocationOf(claim)}
 	backend, policy, err := d.cfg.Backend()
 	if err != nil {
 		return Prepared{}, err

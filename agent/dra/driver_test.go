@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	"k8s.io/utils/ptr"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -196,6 +197,8 @@ func TestPrepareRefuses(t *testing.T) {
 	fromClaim.Source = resourceapi.AllocationConfigSourceClaim
 	badConfig := classConfig(protocol.ClassGeneral)
 	badConfig.Opaque.Parameters = runtime.RawExtension{Raw: []byte(`{"apiVersion":"gpu.qgpu.io/v2","kind":"SliceConfig","class":"general"}`)}
+	adminAccess := result("gpu", 0, 4, 30)
+	adminAccess.AdminAccess = ptr.To(true)
 	notAllocated := makeClaim("x", general)
 	notAllocated.Status.Allocation = nil
 	cases := []struct {
@@ -217,6 +220,7 @@ func TestPrepareRefuses(t *testing.T) {
 		{"a class set in the claim", makeClaim("x", []resourceapi.DeviceAllocationConfiguration{classConfig(protocol.ClassGeneral), fromClaim}, result("gpu", 0, 4, 30)), "config[1].source: \"FromClaim\": a claim may not configure driver gpu.qgpu.io"},
 		{"a configuration of another version", makeClaim("x", []resourceapi.DeviceAllocationConfiguration{badConfig}, result("gpu", 0, 4, 30)), "config[0].opaque.parameters: apiVersion \"gpu.qgpu.io/v2\""},
 		{"not allocated", notAllocated, "status.allocation: not allocated"},
+		{"admin access", makeClaim("x", general, adminAccess), "results[0]: adminAccess: true is not supported by this driver"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

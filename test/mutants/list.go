@@ -10,6 +10,8 @@ var (
 	podres    = []string{"./agent/podresources"}
 	observer  = []string{"./test/chaos"}
 	agentPkg  = []string{"./agent"}
+	budget    = []string{"./agent/cardbudget"}
+	draPkg    = []string{"./agent/dra"}
 )
 
 // mutants are the lines that keep a card from being oversubscribed, or let
@@ -42,9 +44,9 @@ var mutants = []mutant{
 
 	// The agent's fail-safes (agent/allocate, agent/reconcile).
 	{File: "agent/allocate/route.go", Old: "return route{}, fmt.Errorf(\"%w: %v\", ErrStoreUnreadable, err)", New: "grants = nil", Pkgs: allocate, Why: "allocate: an unreadable store refuses every call"},
-	{File: "agent/allocate/capacity.go", Old: "if held[s.UUID]+want > capacity {", New: "if held[s.UUID]+want > capacity+1 {", Pkgs: allocate, Why: "allocate: last-line card capacity"},
-	{File: "agent/allocate/capacity.go", Old: "if o.Resource != g.Resource || o.Key() == g.Key() || !live[o.PodUID] {", New: "if o.Resource != g.Resource || o.Key() == g.Key() {", Pkgs: allocate, Why: "allocate: grants of terminated pods do not count"},
-	{File: "agent/allocate/capacity.go", Old: "\t\tif !ok {\n\t\t\treturn fmt.Errorf(\"%w: %s names card %d (%s), which this node does not have\"", New: "\t\tif !ok && false {\n\t\t\treturn fmt.Errorf(\"%w: %s names card %d (%s), which this node does not have\"", Pkgs: allocate, Why: "allocate: refuse a card the node lacks"},
+	{File: "agent/cardbudget/budget.go", Old: "c.memory+u.MemoryGiB > hw.MemoryGiB() {", New: "c.memory+u.MemoryGiB > hw.MemoryGiB()+1 {", Pkgs: append(append(budget, allocate...), draPkg...), Why: "allocate, dra: last-line card capacity (memory)"},
+	{File: "agent/allocate/capacity.go", Old: "if o.Key() == g.Key() || !live[o.PodUID] {", New: "if o.Key() == g.Key() {", Pkgs: allocate, Why: "allocate: grants of terminated pods do not count"},
+	{File: "agent/cardbudget/budget.go", Old: "\t\tif i < 0 {\n\t\t\treturn fmt.Errorf(\"%w: the slice names card", New: "\t\tif i < 0 && false {\n\t\t\treturn fmt.Errorf(\"%w: the slice names card", Pkgs: append(budget, allocate...), Why: "allocate: refuse a card the node lacks"},
 	{File: "agent/allocate/match.go", Old: "if a.PodUID != string(pod.UID) {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this pod"},
 	{File: "agent/allocate/match.go", Old: "if a.Node != node || pod.Spec.NodeName != node {", New: "if false {", Pkgs: allocate, Why: "allocate: assignment made for this node"},
 	{File: "agent/reconcile/reconcile.go", Old: "if p.Status.Phase != v1.PodSucceeded && p.Status.Phase != v1.PodFailed {\n\t\t\tbyUID", New: "if true {\n\t\t\tbyUID", Pkgs: reconcile, Why: "reconcile: records of terminal pods dropped"},
@@ -52,6 +54,24 @@ var mutants = []mutant{
 	{File: "agent/reconcile/reconcile.go", Old: "|| !g.GrantedAt.Before(listedAt) {", New: "{", Pkgs: reconcile, Why: "reconcile: a record newer than the pod list is not dropped"},
 	{File: "agent/agent.go", Old: "Exclusive: exclusive}", New: "}", Pkgs: agentPkg, Why: "agent: the reconciler holds the Allocator's lock"},
 	{File: "agent/reconcile/kubelet.go", Old: "own := !slices.ContainsFunc(h.devices,", New: "own := true || !slices.ContainsFunc(h.devices,", Pkgs: reconcile, Why: "reconcile: a container whose listed devices are not all its own is not judged (no move by a subset)"},
+
+	// The node's card budget, one for the device plugins' grants and the
+	// DRA claims (agent/cardbudget; docs/ledger.md#the-agents-last-line).
+	{File: "agent/cardbudget/budget.go", Old: "if u.Cores > 0 && c.cores+u.Cores > protocol.CoresPerCard {", New: "if u.Cores > 0 && c.cores+u.Cores > protocol.CoresPerCard+1 {", Pkgs: append(budget, draPkg...), Why: "cardbudget: general cores ≤ 100"},
+	{File: "agent/cardbudget/budget.go", Old: "u.Cores > 0 && c.greedy+u.Cores > protocol.CoresPerCard {", New: "u.Cores > 0 && c.greedy+u.Cores > protocol.CoresPerCard+1 {", Pkgs: append(budget, draPkg...), Why: "cardbudget: offline greedy cores ≤ 100"},
+	{File: "agent/cardbudget/budget.go", Old: "if len(c.shared) > 0 {", New: "if false {", Pkgs: append(budget, draPkg...), Why: "cardbudget: a general slice not on a card with online/offline ones"},
+	{File: "agent/cardbudget/budget.go", Old: "if len(c.general) > 0 {", New: "if false {", Pkgs: append(budget, draPkg...), Why: "cardbudget: online/offline slices not on a card with general ones"},
+	{File: "agent/cardbudget/budget.go", Old: "\tif class != protocol.ClassOnline {\n\t\tu.Cores = s.Cores", New: "\tif false {\n\t\tu.Cores = s.Cores", Pkgs: append(budget, draPkg...), Why: "cardbudget: a claim's slice holds its cores"},
+
+	// The DRA node's last line (agent/dra; docs/dra.md#preparing-a-claim).
+	{File: "agent/dra/results.go", Old: "if r.AdminAccess != nil && *r.AdminAccess {", New: "if false {", Pkgs: draPkg, Run: "TestPrepareRefuses", Why: "dra: adminAccess refused"},
+	{File: "agent/dra/driver.go", Old: "if err := d.withinCapacity(ctx, claim, requests); err != nil {", New: "if err := d.withinCapacity(ctx, claim, requests); false && err != nil {", Pkgs: draPkg, Why: "dra: no claim prepared over a card's capacity"},
+	{File: "agent/dra/budget.go", Old: "\t\t\tbudget.Hold(requestUses(p.Namespace, p.Name, r.Request)...)\n", New: "\t\t\t_ = r\n", Pkgs: draPkg, Why: "dra: the prepared claims count"},
+	{File: "agent/dra/budget.go", Old: "\t\t\tbudget.Hold(cardbudget.GrantUses(g)...)\n", New: "\t\t\t_ = g\n", Pkgs: draPkg, Why: "dra: the device plugins' grants count"},
+	{File: "agent/dra/driver.go", Old: "if err := d.unprepare(ctx, claim.UID); err != nil {\n\t\t\treturn Prepared{}, fmt.Errorf(\"undoing", New: "if err := error(nil); err != nil {\n\t\t\treturn Prepared{}, fmt.Errorf(\"undoing", Pkgs: draPkg, Run: "TestPrepareReallocated", Why: "dra: a claim prepared again gives its old allocation back first"},
+	{File: "agent/dra/driver.go", Old: "\td.mu.Lock()\n\tdefer d.mu.Unlock()\n\tout := make(map[types.UID]kubeletplugin.PrepareResult", New: "\tout := make(map[types.UID]kubeletplugin.PrepareResult", Pkgs: draPkg, Run: "TestPrepareConcurrentOverCapacity", Why: "dra: capacity check and checkpoint write under one lock"},
+	{File: "agent/dra/driver.go", Old: "if d.preparedFrom(p, claim) {", New: "if true {", Pkgs: draPkg, Run: "TestPrepareReallocated", Why: "dra: a claim of another allocation is not answered from the checkpoint"},
+	{File: "agent/dra/allocation.go", Old: "return now != nil && equality.Semantic.DeepEqual(*p.Allocation, *now)", New: "return now != nil && len(p.Allocation.Results) == len(now.Results)", Pkgs: draPkg, Run: "TestPrepareReallocated", Why: "dra: the allocation compared whole (card, capacity, share ID, class)"},
 
 	// A kubelet or an Allocate call that answers late or not at all
 	// (agent/allocate/README.md, "When the kubelet does not answer").
