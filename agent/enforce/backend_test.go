@@ -117,7 +117,7 @@ func TestMPS(t *testing.T) {
 		t.Errorf("memory envs %v", mem.Envs)
 	}
 	want := []*pluginapi.Mount{
-		{ContainerPath: MPSContainerPipeDir, HostPath: filepath.Join(root, "GPU-1", "pipe")},
+		{ContainerPath: MPSContainerPipeDir, HostPath: filepath.Join(root, "GPU-1", "pipe"), ReadOnly: true},
 		{ContainerPath: MPSContainerShmDir, HostPath: filepath.Join(root, MPSShmDir)},
 	}
 	if diff := cmp.Diff(want, mem.Mounts, cmpProto); diff != "" {

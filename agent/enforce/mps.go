@@ -181,8 +181,14 @@ func (m *MPS) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error
 		}
 		resp.Envs["CUDA_MPS_PIPE_DIRECTORY"] = MPSContainerPipeDir
 		resp.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "M"
+		// Read-only: a client connects to the daemon's sockets and opens
+		// the FIFOs its server made there, which a read-only bind mount
+		// allows (EROFS is for regular files, directories and links); a
+		// writable one would let a root tenant remove the control socket
+		// and so take MPS off the card for every tenant on it
+		// (docs/backend-mps.md#the-pipe-directory).
 		resp.Mounts = []*pluginapi.Mount{
-			{ContainerPath: MPSContainerPipeDir, HostPath: pipe},
+			{ContainerPath: MPSContainerPipeDir, HostPath: pipe, ReadOnly: true},
 			{ContainerPath: MPSContainerShmDir, HostPath: shm},
 		}
 	case protocol.ResourceCore, protocol.ResourceCoreGreedy:
