@@ -95,7 +95,7 @@ func (o *options) addEnforcementFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Backend, "backend", enforce.NameEnv, fmt.Sprintf("enforcement backend when the node has no %s label: %v", "qgpu.io/enforcement", enforce.Names))
 	fs.StringVar(&o.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so or libvgpu.so.<version>, mounted into containers read-only (hami-core backend)")
 	fs.StringVar(&o.HAMiLibName, "hami-lib-name", "", `the library's file name in --hami-lib-dir ("": the newest libvgpu.so.<version>, else libvgpu.so)`)
-	fs.StringVar(&o.HAMiLockDir, "hami-lock-dir", "/tmp/vgpulock", "host lock directory HAMi-core's containers share, mounted at /tmp/vgpulock (hami-core backend)")
+	fs.StringVar(&o.HAMiLockDir, "hami-lock-dir", "/tmp/vgpulock", "host root of the per-card lock directories: <dir>/<card uuid> is mounted at /tmp/vgpulock in the containers whose first card it is (hami-core backend)")
 	fs.StringVar(&o.MPSRoot, "mps-root", DefaultMPSRoot, "host directory the MPS control daemon (qgpu-agent mps-control-daemon) shares with the agent: per-card pipe directories and the shared memory directory, on a tmpfs (mps backend)")
 	fs.StringVar(&o.DeviceListStrategy, "device-list-strategy", string(enforce.StrategyCDICRI), fmt.Sprintf("how Allocate answers reach the container runtime: %v (docs/backend-env.md; with --fake-cards the default is envvar)", enforce.Strategies))
 	fs.StringVar(&o.CDISpecDir, "cdi-spec-dir", "/var/run/cdi", "where the agent writes its per-container CDI specs (cdi-cri, cdi-annotations); the runtime must read it")
