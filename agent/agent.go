@@ -140,10 +140,12 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	go func() { pluginErr <- plugins.Run(ctx, true) }()
 	go a.reconciler(podSource, alloc.Exclusive()).Run(ctx, a.cfg.ReconcileInterval)
 
-	// Beside the pods: sidecars, online/offline priority, HAMi-core upkeep.
+	// Beside the pods: sidecars, online/offline priority, HAMi-core upkeep,
+	// processes that bypass MPS.
 	a.startSidecars(ctx, podSource)
 	defer a.startPriority(ctx, nodeCfg, podSource)()
 	a.startHAMiUpkeep(ctx, nodeCfg, podSource)
+	a.startMPSGuard(ctx, driver, nodeCfg, podSource)
 	a.startCDISweep(ctx, delivery, podSource)
 	a.refreshMetrics()
 	if a.cfg.Started != nil {

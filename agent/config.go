@@ -14,6 +14,7 @@ import (
 
 	"github.com/qgpu-scheduler/qgpu/agent/cardspec"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/mpsguard"
 	"github.com/qgpu-scheduler/qgpu/agent/store"
 )
 
@@ -33,6 +34,12 @@ type Config struct {
 	HAMiLibName        string // "": the newest libvgpu.so.<version> in HAMiLibDir
 	HAMiLockDir        string
 	MPSRoot            string
+	// MPSForeignProcessPolicy is what the agent does about a process on an
+	// MPS-shared card that is not a client of the card's MPS server
+	// (agent/mpsguard): report ("" too) or evict. MPSForeignProcessPoll
+	// is how often it looks (0: every 10 s).
+	MPSForeignProcessPolicy string
+	MPSForeignProcessPoll   time.Duration
 	// DeviceListStrategy is how Allocate answers reach the runtime
 	// (enforce.Strategies; "" is envvar). The CDI strategies write the
 	// agent's specs into CDISpecDir and find the cards' devices in the
@@ -112,6 +119,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PriorityPoll < 0 || c.PriorityIdle < 0 {
 		errs = append(errs, errors.New("--priority-poll and --priority-idle must not be negative"))
+	}
+	if _, err := mpsguard.ParsePolicy(c.MPSForeignProcessPolicy); err != nil {
+		errs = append(errs, err)
 	}
 	errs = append(errs, validateVocabularies(c.Vocabularies)...)
 	errs = append(errs, c.validateDRA()...)

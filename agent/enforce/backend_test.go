@@ -59,21 +59,21 @@ func TestEnv(t *testing.T) {
 	}
 }
 
-// mpsNode is --mps-root with the card's daemon marked ready as the control
-// daemon DaemonSet marks it, and the shared memory directory.
+// mpsNode is --mps-root with the cards' daemons marked ready as the
+// control daemon DaemonSet marks them, each with its shared memory
+// directory.
 func mpsNode(t *testing.T, ready ...string) string {
 	t.Helper()
 	root := t.TempDir()
 	for _, u := range ready {
-		if err := os.MkdirAll(filepath.Join(root, u, "pipe"), 0o755); err != nil {
-			t.Fatal(err)
+		for _, dir := range []string{"pipe", MPSShmDir} {
+			if err := os.MkdirAll(filepath.Join(root, u, dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.WriteFile(filepath.Join(root, u, MPSReadyFile), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := os.Mkdir(filepath.Join(root, MPSShmDir), 0o1777); err != nil {
-		t.Fatal(err)
 	}
 	daemonTakesCeilings(t, root)
 	return root
@@ -117,8 +117,8 @@ func TestMPS(t *testing.T) {
 		t.Errorf("memory envs %v", mem.Envs)
 	}
 	want := []*pluginapi.Mount{
-		{ContainerPath: MPSContainerPipeDir, HostPath: filepath.Join(root, "GPU-1", "pipe")},
-		{ContainerPath: MPSContainerShmDir, HostPath: filepath.Join(root, MPSShmDir)},
+		{ContainerPath: MPSContainerPipeDir, HostPath: filepath.Join(root, "GPU-1", "pipe"), ReadOnly: true},
+		{ContainerPath: MPSContainerShmDir, HostPath: filepath.Join(root, "GPU-1", MPSShmDir)},
 	}
 	if diff := cmp.Diff(want, mem.Mounts, cmpProto); diff != "" {
 		t.Errorf("mounts (-want +got):\n%s", diff)

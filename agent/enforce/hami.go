@@ -47,7 +47,8 @@ type HAMiOptions struct {
 	// RegionRoot holds ld.so.preload and one writable directory per
 	// container (<pod UID>_<container>) with its shared region.
 	RegionRoot string
-	// LockDir is the node-wide lock directory every container shares.
+	// LockDir holds one lock directory per card, <LockDir>/<uuid>, which
+	// the containers whose first card it is share (lockDir).
 	LockDir string
 }
 
@@ -60,7 +61,7 @@ type HAMiCore struct {
 
 // NewHAMiCore checks the library and prepares the node: the region root
 // with ld.so.preload naming the library's path in the container, and the
-// lock directory.
+// root of the cards' lock directories.
 func NewHAMiCore(opts HAMiOptions) (*HAMiCore, error) {
 	for _, f := range []struct{ flag, v string }{
 		{"--hami-lib-dir", opts.LibDir}, {"--hami-region-root", opts.RegionRoot}, {"--hami-lock-dir", opts.LockDir},
@@ -82,7 +83,7 @@ func NewHAMiCore(opts HAMiOptions) (*HAMiCore, error) {
 	if err := writeFileIfChanged(h.overrideEnvPath(), nil, 0o644); err != nil {
 		return nil, fmt.Errorf("hami-core: %w", err)
 	}
-	if err := sharedDir(opts.LockDir); err != nil {
+	if err := lockRoot(opts.LockDir); err != nil {
 		return nil, fmt.Errorf("hami-core: --hami-lock-dir: %w", err)
 	}
 	return h, nil
@@ -136,8 +137,9 @@ func (h *HAMiCore) mounts(req Request) ([]*pluginapi.Mount, error) {
 			return nil, fmt.Errorf("%w: %s is missing (the agent writes it at start; restart it)", ErrHAMiConfig, f)
 		}
 	}
-	if err := sharedDir(h.opts.LockDir); err != nil {
-		return nil, fmt.Errorf("hami-core: --hami-lock-dir: %w", err)
+	lock, err := h.lockDir(req.Slices)
+	if err != nil {
+		return nil, fmt.Errorf("container %s/%s/%s: hami-core: --hami-lock-dir: %w", req.Namespace, req.Pod, req.Container, err)
 	}
 	dir, err := hamiregion.PrepareContainerDir(h.opts.RegionRoot, req.PodUID, req.Container)
 	if err != nil {
@@ -147,9 +149,40 @@ func (h *HAMiCore) mounts(req Request) ([]*pluginapi.Mount, error) {
 		{ContainerPath: HAMiContainerLib, HostPath: lib, ReadOnly: true},
 		{ContainerPath: HAMiContainerPreload, HostPath: h.preloadPath(), ReadOnly: true},
 		{ContainerPath: HAMiContainerCacheDir, HostPath: dir},
-		{ContainerPath: HAMiContainerLockDir, HostPath: h.opts.LockDir},
+		{ContainerPath: HAMiContainerLockDir, HostPath: lock},
 		{ContainerPath: HAMiContainerOverrideEnv, HostPath: h.overrideEnvPath(), ReadOnly: true},
 	}, nil
+}
+
+// lockDir is the container's /tmp/vgpulock: its first card's directory
+// under the lock root, created sticky and writable by all (the library
+// makes its lock file there as the container's user). HAMi-core builds
+// from a8b3d73 until the per-region semaphore of 8f3a89c hold
+// /tmp/vgpulock/lock around set_task_pid, which finds the process's host
+// PID by diffing NVML's process list of the first card the container
+// sees; NVML enumerates a container's cards in index order, so only
+// processes whose first card is the same one can confuse each other's
+// diff, and they share the directory. A node-wide directory let a tenant
+// holding the lock stall every container's first CUDA call on the node
+// (docs/backend-hami-core.md#the-lock-directory).
+func (h *HAMiCore) lockDir(slices []protocol.Slice) (string, error) {
+	first := slices[0]
+	for _, s := range slices[1:] {
+		if s.Index < first.Index {
+			first = s
+		}
+	}
+	if first.UUID == "" || first.UUID != filepath.Base(first.UUID) || first.UUID == "." || first.UUID == ".." {
+		return "", fmt.Errorf("card UUID %q cannot name a directory", first.UUID)
+	}
+	dir := filepath.Join(h.opts.LockDir, first.UUID)
+	if err := lockRoot(h.opts.LockDir); err != nil {
+		return "", err
+	}
+	if err := sharedDir(dir); err != nil {
+		return "", err
+	}
+	return dir, nil
 }
 
 // HAMi-core reads a limit per card before the plain variable: for every

@@ -89,6 +89,21 @@ func regular(path string) bool {
 	return err == nil && fi.Mode().IsRegular()
 }
 
+// lockRoot makes the root of the cards' lock directories, 0755: no
+// container mounts it (each gets its card's directory), so none can make,
+// remove or replace another card's. An existing root keeps its mode: a
+// container started before the per-card directories has the root at
+// /tmp/vgpulock and may still create its lock file there.
+func lockRoot(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if fi, err := os.Lstat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return nil
+}
+
 // sharedDir makes dir a directory every container user can write (the
 // library creates its lock files there as the container's user), sticky
 // like /tmp (as HAMi's current device plugin makes it): a container cannot

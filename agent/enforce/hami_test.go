@@ -145,7 +145,7 @@ func TestHAMiCoreMemory(t *testing.T) {
 		{ContainerPath: "/usr/local/vgpu/libvgpu.so", HostPath: filepath.Join(opts.LibDir, "libvgpu.so.v2.9.0"), ReadOnly: true},
 		{ContainerPath: "/etc/ld.so.preload", HostPath: preload, ReadOnly: true},
 		{ContainerPath: "/tmp/vgpu", HostPath: dir},
-		{ContainerPath: "/tmp/vgpulock", HostPath: opts.LockDir},
+		{ContainerPath: "/tmp/vgpulock", HostPath: filepath.Join(opts.LockDir, "GPU-1")}, // the card's own
 		// HAMi-core reads /overrideEnv over the environment: an empty file, read-only.
 		{ContainerPath: "/overrideEnv", HostPath: filepath.Join(opts.RegionRoot, "override-env.empty"), ReadOnly: true},
 	}
@@ -161,7 +161,7 @@ func TestHAMiCoreMemory(t *testing.T) {
 	if len(got.Devices) != 0 {
 		t.Errorf("the backend passes no device nodes (the allocator adds the card's): %v", got.Devices)
 	}
-	for path, want := range map[string]os.FileMode{dir: 0o777, opts.LockDir: 0o777 | os.ModeSticky, opts.RegionRoot: 0o755} {
+	for path, want := range map[string]os.FileMode{dir: 0o777, filepath.Join(opts.LockDir, "GPU-1"): 0o777 | os.ModeSticky, opts.LockDir: 0o755, opts.RegionRoot: 0o755} {
 		if fi, err := os.Stat(path); err != nil || !fi.IsDir() || fi.Mode()&(os.ModePerm|os.ModeSticky) != want {
 			t.Errorf("%s: %v %v, want a directory with mode %v", path, fi.Mode(), err, want)
 		}

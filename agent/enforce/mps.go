@@ -16,7 +16,7 @@ import (
 )
 
 // Where a client container finds its card's MPS daemon: the pipe directory
-// and the shared memory the daemon and its clients share.
+// and the shared memory the card's daemon (its server) and clients share.
 const (
 	MPSContainerPipeDir = "/tmp/nvidia-mps"
 	MPSContainerShmDir  = "/dev/shm"
@@ -25,9 +25,12 @@ const (
 // Layout of --mps-root, shared by the control daemon (qgpu-agent
 // mps-control-daemon, its own DaemonSet) and the agent:
 // <root>/<uuid>/{pipe,log}, <root>/<uuid>/ready while the card's daemon
-// answers, and <root>/shm, the tmpfs directory mounted at /dev/shm in the
-// daemon and every client. The agent writes <root>/<uuid>/request: "whole"
-// when it hands the card out whole (the daemon quits, the card goes back
+// answers, and <root>/<uuid>/shm, the tmpfs directory at /dev/shm in the
+// card's daemon (and so its servers) and the card's clients: MPS needs its
+// server and clients to share /dev/shm, and tenants of other cards need
+// not see it (docs/backend-mps.md#the-shared-memory-directory-one-per-card).
+// The agent writes <root>/<uuid>/request: "whole" when it hands the card
+// out whole (the daemon quits, the card goes back
 // to the DEFAULT compute mode, and <root>/<uuid>/whole says so), "shared"
 // (or no file) for slices (EXCLUSIVE_PROCESS and a daemon, as before).
 const (
@@ -35,6 +38,10 @@ const (
 	MPSShmDir      = "shm"
 	MPSRequestFile = "request"
 	MPSWholeFile   = "whole"
+	// MPSDaemonPIDFile holds the host PID of the card's running control
+	// daemon; its servers are its children. The agent tells a card's
+	// servers from processes that bypass MPS by it (agent/mpsguard).
+	MPSDaemonPIDFile = "daemon.pid"
 
 	MPSRequestWhole  = "whole"
 	MPSRequestShared = "shared"
@@ -47,7 +54,7 @@ var ErrMPSNotReady = errors.New("no MPS control daemon ready for the card")
 
 // MPSControl locates the MPS control daemon of a card.
 type MPSControl interface {
-	// Dirs returns the card's host pipe directory and the shared memory
+	// Dirs returns the card's host pipe directory and its shared memory
 	// directory, or ErrMPSNotReady.
 	Dirs(uuid string) (pipe, shm string, err error)
 	// Whole makes the card a plain card: no MPS daemon, the DEFAULT compute
@@ -128,8 +135,8 @@ func (r MPSRoot) Dirs(uuid string) (pipe, shm string, err error) {
 		return "", "", fmt.Errorf("%w %s: %s is missing (is the qgpu-mps-control-daemon DaemonSet running on this node? docs/backend-mps.md)",
 			ErrMPSNotReady, uuid, filepath.Join(card, MPSReadyFile))
 	}
-	shm = filepath.Join(r.Root, MPSShmDir)
-	if fi, err := os.Stat(shm); err != nil || !fi.IsDir() {
+	shm = filepath.Join(card, MPSShmDir)
+	if fi, err := os.Lstat(shm); err != nil || !fi.IsDir() {
 		return "", "", fmt.Errorf("%w %s: shared memory directory %s is missing", ErrMPSNotReady, uuid, shm)
 	}
 	return filepath.Join(card, "pipe"), shm, nil
@@ -181,8 +188,14 @@ func (m *MPS) Allocate(req Request) (*pluginapi.ContainerAllocateResponse, error
 		}
 		resp.Envs["CUDA_MPS_PIPE_DIRECTORY"] = MPSContainerPipeDir
 		resp.Envs["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = "0=" + strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "M"
+		// Read-only: a client connects to the daemon's sockets and opens
+		// the FIFOs its server made there, which a read-only bind mount
+		// allows (EROFS is for regular files, directories and links); a
+		// writable one would let a root tenant remove the control socket
+		// and so take MPS off the card for every tenant on it
+		// (docs/backend-mps.md#the-pipe-directory-read-only).
 		resp.Mounts = []*pluginapi.Mount{
-			{ContainerPath: MPSContainerPipeDir, HostPath: pipe},
+			{ContainerPath: MPSContainerPipeDir, HostPath: pipe, ReadOnly: true},
 			{ContainerPath: MPSContainerShmDir, HostPath: shm},
 		}
 	case protocol.ResourceCore, protocol.ResourceCoreGreedy:

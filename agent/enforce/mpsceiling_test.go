@@ -137,7 +137,7 @@ func TestMPSCeiling(t *testing.T) {
 	alone := t.TempDir()
 	os.MkdirAll(filepath.Join(alone, "GPU-1", "pipe"), 0o755)
 	os.WriteFile(filepath.Join(alone, "GPU-1", MPSReadyFile), nil, 0o644)
-	os.Mkdir(filepath.Join(alone, MPSShmDir), 0o1777)
+	os.Mkdir(filepath.Join(alone, "GPU-1", MPSShmDir), 0o1777)
 	b = &MPS{Control: MPSRoot{Root: alone, Wait: 200 * time.Millisecond}}
 	r = req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)
 	_, err := b.Allocate(r)

@@ -29,6 +29,8 @@ type Metrics struct {
 	allocations *prometheus.CounterVec
 	// Priority is the online/offline controller's part.
 	Priority *Priority
+	// MPSGuard counts the processes that bypass MPS (agent/mpsguard).
+	MPSGuard *MPSGuard
 	dra      dra
 }
 
@@ -44,6 +46,7 @@ func New() *Metrics {
 	m.Registry.MustRegister(m.grants, m.usage, m.allocations,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.Priority = newPriority(m.Registry)
+	m.MPSGuard = newMPSGuard(m.Registry)
 	return m
 }
 

@@ -29,6 +29,7 @@ type Fake struct {
 	healthFile string
 	events     chan nvml.EventData
 	procs      map[int]map[uint32]uint32 // card index → pid → SM utilisation
+	mpsClients map[int]map[uint32]bool   // card index → pids with an MPS context
 	procErr    map[int]nvml.Return
 	mig        map[int][2]int // card index → current, pending MIG mode
 	waitErrs   chan nvml.Return
@@ -42,7 +43,7 @@ var _ nvml.Interface = (*Fake)(nil)
 // UUID per line); the file may be absent, which means all cards are healthy.
 func NewFake(cards []FakeCard, seed, healthFile string) *Fake {
 	f := &Fake{lost: map[int]bool{}, healthFile: healthFile, events: make(chan nvml.EventData, 64),
-		procs: map[int]map[uint32]uint32{}, procErr: map[int]nvml.Return{}, mig: map[int][2]int{},
+		procs: map[int]map[uint32]uint32{}, mpsClients: map[int]map[uint32]bool{}, procErr: map[int]nvml.Return{}, mig: map[int][2]int{},
 		waitErrs: make(chan nvml.Return, 8)}
 	for i, c := range cards {
 		f.uuids = append(f.uuids, fakespec.UUID(seed, i))
@@ -108,6 +109,7 @@ func (f *Fake) newDevice(index int, c FakeCard) *mock.Device {
 		return f.processUtilization(index, since)
 	}
 	d.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return f.runningProcesses(index) }
+	d.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return f.mpsProcesses(index) }
 	d.GetMigModeFunc = func() (int, int, nvml.Return) {
 		f.mu.Lock()
 		defer f.mu.Unlock()

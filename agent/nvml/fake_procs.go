@@ -24,6 +24,24 @@ func (f *Fake) RemoveProcess(index int, pid uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.procs[index], pid)
+	delete(f.mpsClients[index], pid)
+}
+
+// SetMPSClient makes process pid on card index a client of the card's MPS
+// server (or no longer one): NVML then lists it among the card's MPS
+// compute processes as well as its compute processes, as nvidia-smi shows
+// a client as M+C.
+func (f *Fake) SetMPSClient(index int, pid uint32, client bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mpsClients[index] == nil {
+		f.mpsClients[index] = map[uint32]bool{}
+	}
+	if client {
+		f.mpsClients[index][pid] = true
+	} else {
+		delete(f.mpsClients[index], pid)
+	}
 }
 
 // SetProcessError makes the process queries of card index fail with ret
@@ -77,4 +95,21 @@ func (f *Fake) sortedPIDs(index int) []uint32 {
 	}
 	slices.Sort(pids)
 	return pids
+}
+
+// mpsProcesses answers nvmlDeviceGetMPSComputeRunningProcesses: the card's
+// processes marked as MPS clients.
+func (f *Fake) mpsProcesses(index int) ([]nvml.ProcessInfo, nvml.Return) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ret, ok := f.procErr[index]; ok && ret != nvml.SUCCESS {
+		return nil, ret
+	}
+	var out []nvml.ProcessInfo
+	for _, pid := range f.sortedPIDs(index) {
+		if f.mpsClients[index][pid] {
+			out = append(out, nvml.ProcessInfo{Pid: pid})
+		}
+	}
+	return out, nvml.SUCCESS
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -105,8 +104,8 @@ func (d *Daemons) forgetCeiling(m *daemon) {
 func (d *Daemons) control(m *daemon, command string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d.QuitTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.Bin)
-	cmd.Env, cmd.Stdin = d.env(m), strings.NewReader(command+"\n")
+	cmd := d.command(ctx, m)
+	cmd.Stdin = strings.NewReader(command + "\n")
 	var out, errOut strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {

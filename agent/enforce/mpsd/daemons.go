@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,6 +50,9 @@ type Daemons struct {
 	// the cards are marked ready and nothing runs).
 	Bin   string
 	Modes ComputeModes
+	// Isolate, if set, runs every nvidia-cuda-mps-control of a card with
+	// the card's shared memory directory at /dev/shm (ShmNamespace).
+	Isolate Isolate
 	// MinBackoff, MaxBackoff bound the restart delay; QuitTimeout is how long
 	// Stop waits after quit before it kills; ReadyTimeout how long a started
 	// daemon has to create its control pipe.
@@ -63,6 +67,7 @@ type Daemons struct {
 
 type daemon struct {
 	uuid, pipe, log, ready string
+	shm                    string        // <Root>/<uuid>/shm, its /dev/shm
 	stop                   chan struct{} // closed by Stop or release
 	done                   chan struct{} // closed when its supervisor returns
 
@@ -112,6 +117,11 @@ func (d *Daemons) start(uuid string) error {
 			return fmt.Errorf("creating MPS directory: %w", err)
 		}
 	}
+	shm, err := prepareCardShm(card)
+	if err != nil {
+		return err
+	}
+	m.shm = shm
 	if err := d.Modes.SetExclusiveProcess(uuid, true); err != nil {
 		return fmt.Errorf("setting compute mode EXCLUSIVE_PROCESS: %w", err)
 	}
@@ -120,6 +130,19 @@ func (d *Daemons) start(uuid string) error {
 	d.wg.Add(1)
 	go d.supervise(m)
 	return nil
+}
+
+// command runs nvidia-cuda-mps-control with args for card m: with its
+// pipe and log directories, and through Isolate if set.
+func (d *Daemons) command(ctx context.Context, m *daemon, args ...string) *exec.Cmd {
+	var cmd *exec.Cmd
+	if d.Isolate != nil {
+		cmd = d.Isolate(ctx, m.shm, append([]string{d.Bin}, args...))
+	} else {
+		cmd = exec.CommandContext(ctx, d.Bin, args...)
+	}
+	cmd.Env = d.env(m)
+	return cmd
 }
 
 func (d *Daemons) env(m *daemon) []string {
@@ -221,8 +244,7 @@ func (d *Daemons) runOnce(m *daemon) error {
 		<-m.stop
 		return nil
 	}
-	cmd := exec.Command(d.Bin, "-f")
-	cmd.Env = d.env(m)
+	cmd := d.command(context.Background(), m, "-f")
 	out, err := os.OpenFile(filepath.Join(m.log, "control-daemon.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -233,6 +255,13 @@ func (d *Daemons) runOnce(m *daemon) error {
 		return fmt.Errorf("starting %s: %w", d.Bin, err)
 	}
 	d.Logger.Info("MPS control daemon started", "card", m.uuid, "pid", cmd.Process.Pid, "pipe", m.pipe)
+	// The daemon's pod has the host's PIDs: the agent finds the card's
+	// servers, the daemon's children, by it (agent/mpsguard).
+	pidFile := filepath.Join(filepath.Dir(m.ready), enforce.MPSDaemonPIDFile)
+	if err := os.WriteFile(pidFile, []byte(strconv.Itoa(cmd.Process.Pid)+"\n"), 0o644); err != nil {
+		d.Logger.Error(err, "Recording the MPS control daemon's PID", "card", m.uuid)
+	}
+	defer os.Remove(pidFile)
 	waited, exited := make(chan error, 1), make(chan struct{})
 	go func() { waited <- cmd.Wait(); close(exited) }()
 	go d.markReady(m, exited)
@@ -278,8 +307,8 @@ func (d *Daemons) quit(m *daemon, proc *os.Process, waited <-chan error) {
 	_ = os.Remove(m.ready)
 	ctx, cancel := context.WithTimeout(context.Background(), d.QuitTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, d.Bin)
-	cmd.Env, cmd.Stdin = d.env(m), strings.NewReader("quit\n")
+	cmd := d.command(ctx, m)
+	cmd.Stdin = strings.NewReader("quit\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		d.Logger.Error(err, "MPS quit command failed", "card", m.uuid, "output", string(out))
 	}

@@ -113,8 +113,8 @@ func TestDaemons(t *testing.T) {
 	readyA := filepath.Join(root, "GPU-a", enforce.MPSReadyFile)
 	waitRecord(t, record, "start GPU-a "+pipeA+" "+filepath.Join(root, "GPU-a", "log"), "start GPU-b ")
 	waitFile(t, readyA, true)
-	if _, _, err := (enforce.MPSRoot{Root: root}).Dirs("GPU-a"); err == nil {
-		t.Error("ready without the shared memory directory")
+	if _, shm, err := (enforce.MPSRoot{Root: root}).Dirs("GPU-a"); err != nil || shm != filepath.Join(root, "GPU-a", enforce.MPSShmDir) {
+		t.Errorf("the card's shared memory directory: %q, %v", shm, err)
 	}
 
 	os.WriteFile(filepath.Join(pipeA, "crash"), nil, 0o644)

@@ -133,7 +133,7 @@ through an enforcement backend.`,
 	uninstall := newUninstallCommand(stdout)
 	var ufss cliflag.NamedFlagSets
 	ufss.FlagSet("uninstall").AddFlagSet(uninstall.Flags())
-	cmd.AddCommand(newMPSCommand(), withOwnHelp(uninstall, ufss))
+	cmd.AddCommand(newMPSCommand(), newMPSShmExecCommand(), withOwnHelp(uninstall, ufss))
 	return cmd
 }
 

@@ -287,7 +287,7 @@ func TestMPSCommandArgs(t *testing.T) {
 		t.Errorf("--mps-root %q, want the agent's default %q", got, DefaultMPSRoot)
 	}
 	// What the agent's DaemonSet lacked for MPS: the compute capability
-	// (MPS binaries, libcuda), /dev/shm shared with the clients, host PIDs,
+	// (MPS binaries, libcuda), the mounts of each card's /dev/shm, host PIDs,
 	// and a life of its own (an agent rollout must not end the clients).
 	spec := ds.Spec.Template.Spec
 	env := map[string]string{}
@@ -297,18 +297,17 @@ func TestMPSCommandArgs(t *testing.T) {
 	if !strings.Contains(env["NVIDIA_DRIVER_CAPABILITIES"], "compute") || env["NVIDIA_VISIBLE_DEVICES"] != "all" {
 		t.Errorf("driver capabilities %q, visible devices %q: want compute and all", env["NVIDIA_DRIVER_CAPABILITIES"], env["NVIDIA_VISIBLE_DEVICES"])
 	}
-	shm := ""
+	// Each card's daemon binds its card's shared memory at /dev/shm in a
+	// mount namespace of its own (issue 40): no node-wide one for the
+	// pod, and the mount allowed (CAP_SYS_ADMIN, AppArmor unconfined).
 	for _, m := range spec.Containers[0].VolumeMounts {
 		if m.MountPath == "/dev/shm" {
-			for _, v := range spec.Volumes {
-				if v.Name == m.Name && v.HostPath != nil {
-					shm = v.HostPath.Path
-				}
-			}
+			t.Errorf("volume %s at /dev/shm: the cards' daemons have their own", m.Name)
 		}
 	}
-	if shm != DefaultMPSRoot+"/shm" {
-		t.Errorf("/dev/shm from %q, want %s/shm (what the agent mounts into clients)", shm, DefaultMPSRoot)
+	if sc := spec.Containers[0].SecurityContext; sc == nil || sc.AppArmorProfile == nil || sc.AppArmorProfile.Type != "Unconfined" ||
+		sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Add, "SYS_ADMIN") {
+		t.Errorf("security context %+v: want CAP_SYS_ADMIN and AppArmor unconfined (mount for each card's /dev/shm)", sc)
 	}
 	if !spec.HostPID || ds.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
 		t.Errorf("hostPID %v, update strategy %q: want true, OnDelete", spec.HostPID, ds.Spec.UpdateStrategy.Type)

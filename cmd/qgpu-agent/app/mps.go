@@ -77,8 +77,7 @@ func (o *mpsOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer driver.Close()
-	shm, err := mpsd.PrepareShm(o.root)
-	if err != nil {
+	if _, err := mpsd.PrepareShm(o.root); err != nil {
 		return err
 	}
 	var uuids []string
@@ -86,16 +85,43 @@ func (o *mpsOptions) run(ctx context.Context) error {
 		uuids = append(uuids, c.UUID)
 	}
 	d := mpsd.New(o.root, o.bin, modes, logger)
+	if o.bin != "" {
+		// Each card's daemon in a mount namespace of its own, with the
+		// card's shared memory directory at /dev/shm.
+		self, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("finding this binary to run %s: %w", mpsd.ShmExecCommand, err)
+		}
+		d.Isolate = mpsd.ShmNamespace(self)
+	}
 	defer d.Stop()
 	if err := d.Start(uuids); err != nil {
 		return err
 	}
-	logger.Info("MPS control daemons started", "cards", len(uuids), "root", o.root, "shm", shm, "simulated", o.bin == "")
+	logger.Info("MPS control daemons started", "cards", len(uuids), "root", o.root, "shmPerCard", o.root+"/<uuid>/shm", "simulated", o.bin == "")
 	// Cards the agent hands out whole leave MPS and EXCLUSIVE_PROCESS.
 	go d.Follow(ctx, uuids, time.Second)
 	<-ctx.Done()
 	logger.Info("Stopping the MPS control daemons")
 	return nil
+}
+
+// newMPSShmExecCommand is what mps-control-daemon runs each card's
+// nvidia-cuda-mps-control through, in a mount namespace of its own
+// (mpsd.ShmNamespace): bind the card's shared memory directory on
+// /dev/shm, then become the control binary. Hidden: nobody else runs it,
+// and it refuses to run in its parent's mount namespace.
+func newMPSShmExecCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:                mpsd.ShmExecCommand + " <shm dir> <program> [args...]",
+		Short:              "Run an MPS control binary with a card's shared memory at /dev/shm (mps-control-daemon runs it)",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		Args:               cobra.MinimumNArgs(2),
+		RunE: func(_ *cobra.Command, args []string) error {
+			return mpsd.ExecWithShm(args[0], args[1:])
+		},
+	}
 }
 
 // nvmlModes sets compute modes through NVML, as `nvidia-smi -i <uuid> -c`.

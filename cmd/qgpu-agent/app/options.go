@@ -16,6 +16,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/cardspec"
 	"github.com/qgpu-scheduler/qgpu/agent/dra"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/mpsguard"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
@@ -95,8 +96,9 @@ func (o *options) addEnforcementFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Backend, "backend", enforce.NameEnv, fmt.Sprintf("enforcement backend when the node has no %s label: %v", "qgpu.io/enforcement", enforce.Names))
 	fs.StringVar(&o.HAMiLibDir, "hami-lib-dir", "/usr/local/vgpu", "host directory with HAMi-core's libvgpu.so or libvgpu.so.<version>, mounted into containers read-only (hami-core backend)")
 	fs.StringVar(&o.HAMiLibName, "hami-lib-name", "", `the library's file name in --hami-lib-dir ("": the newest libvgpu.so.<version>, else libvgpu.so)`)
-	fs.StringVar(&o.HAMiLockDir, "hami-lock-dir", "/tmp/vgpulock", "host lock directory HAMi-core's containers share, mounted at /tmp/vgpulock (hami-core backend)")
+	fs.StringVar(&o.HAMiLockDir, "hami-lock-dir", "/tmp/vgpulock", "host root of the per-card lock directories: <dir>/<card uuid> is mounted at /tmp/vgpulock in the containers whose first card it is (hami-core backend)")
 	fs.StringVar(&o.MPSRoot, "mps-root", DefaultMPSRoot, "host directory the MPS control daemon (qgpu-agent mps-control-daemon) shares with the agent: per-card pipe directories and the shared memory directory, on a tmpfs (mps backend)")
+	fs.StringVar(&o.MPSForeignProcessPolicy, "mps-foreign-process-policy", string(mpsguard.PolicyReport), fmt.Sprintf("what to do about a process on an MPS-shared card that is not a client of the card's MPS server (it runs without the MPS limits): %s (a Warning Event and the qgpu_mps_foreign_processes metric) or %s (also delete its pod) (mps backend; docs/backend-mps.md)", mpsguard.PolicyReport, mpsguard.PolicyEvict))
 	fs.StringVar(&o.DeviceListStrategy, "device-list-strategy", string(enforce.StrategyCDICRI), fmt.Sprintf("how Allocate answers reach the container runtime: %v (docs/backend-env.md; with --fake-cards the default is envvar)", enforce.Strategies))
 	fs.StringVar(&o.CDISpecDir, "cdi-spec-dir", "/var/run/cdi", "where the agent writes its per-container CDI specs (cdi-cri, cdi-annotations); the runtime must read it")
 	fs.StringSliceVar(&o.CDINodeSpecDirs, "cdi-node-spec-dirs", []string{"/etc/cdi", "/var/run/cdi"}, "where the cards' CDI devices are looked up: the agent's own spec (--cdi-card-kind), then NVIDIA's (nvidia-ctk cdi generate, the device plugin)")
@@ -117,7 +119,7 @@ func (o *options) addPriorityFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.KubeletCgroupDriver, "kubelet-cgroup-driver", "", "the kubelet's --cgroup-driver: systemd, cgroupfs, or \"\" to try both")
 	fs.StringVar(&o.KubeletConfig, "kubelet-config", "", "read cgroupRoot and cgroupDriver from this kubelet configuration file (e.g. /var/lib/kubelet/config.yaml) instead of the two flags above")
 	fs.StringVar(&o.HAMiRegionRoot, "hami-region-root", "", "host directory of HAMi-core's per-container shared regions (<pod UID>_<container>/cudevshr.cache) and the containers' ld.so.preload; required by the hami-core backend, which creates the directories; set, offline pods whose GPU containers all have a region are suspended by holding back their kernel launches instead of the freezer")
-	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc file system (the priority controller maps GPU processes to pods through it)")
+	fs.StringVar(&o.ProcRoot, "proc-root", "/proc", "the host's proc file system (the priority controller and the mps backend's guard map GPU processes to pods through it)")
 }
 
 func (o *options) addSimulationFlags(fs *pflag.FlagSet) {

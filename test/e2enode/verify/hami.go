@@ -3,6 +3,7 @@ package verify
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -56,6 +57,18 @@ func HAMiCore(p *corev1.Pod, container string, lines []Line, envByCDI bool) []st
 	}
 	for i, s := range slices {
 		want["CUDA_DEVICE_MEMORY_LIMIT_"+strconv.Itoa(i)] = strconv.FormatInt(s.MemoryGiB*protocol.GiB, 10) + "m"
+	}
+	// The lock directory is the first card's (the lowest index), not the node's.
+	if m, ok := mounts["/tmp/vgpulock"]; ok && len(slices) > 0 {
+		first := slices[0]
+		for _, s := range slices[1:] {
+			if s.Index < first.Index {
+				first = s
+			}
+		}
+		if !strings.HasSuffix(m.Root, "/"+first.UUID) {
+			problems = append(problems, fmt.Sprintf("/tmp/vgpulock is %s, want its first card's directory .../%s", m.Root, first.UUID))
+		}
 	}
 	own := specEnv(p, container)
 	for k, v := range want {

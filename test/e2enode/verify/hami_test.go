@@ -12,7 +12,7 @@ func hamiGood() []Line {
 		{Kind: "mount", Target: "/usr/local/vgpu/libvgpu.so", RO: true},
 		{Kind: "mount", Target: "/etc/ld.so.preload", RO: true},
 		{Kind: "mount", Target: "/tmp/vgpu"},
-		{Kind: "mount", Target: "/tmp/vgpulock"},
+		{Kind: "mount", Target: "/tmp/vgpulock", Root: "/vgpulock/GPU-b"},
 		{Kind: "file", Name: "/etc/ld.so.preload", Value: "/usr/local/vgpu/libvgpu.so\n"},
 		{Kind: "writable", Name: "/tmp/vgpu"},
 		{Kind: "writable", Name: "/tmp/vgpulock"},
@@ -43,6 +43,7 @@ func TestHAMiCore(t *testing.T) {
 		{"region dir read-only", pod, func(l []Line) []Line { l[2].RO = true; return l }, "/tmp/vgpu mounted read-only=true", false},
 		{"region dir not writable", pod, func(l []Line) []Line { return append(l[:5], l[6:]...) }, "/tmp/vgpu is not writable", false},
 		{"no lock dir", pod, func(l []Line) []Line { return append(l[:3], l[4:]...) }, "no mount at /tmp/vgpulock", false},
+		{"the node-wide lock dir", pod, func(l []Line) []Line { l[3].Root = "/vgpulock"; return l }, "/tmp/vgpulock is /vgpulock, want its first card's", false},
 		{"no shared cache", pod, func(l []Line) []Line { return l[:7] }, "CUDA_DEVICE_MEMORY_SHARED_CACHE", false},
 		{"wrong limit", pod, func(l []Line) []Line { l[8].Value = "8192m"; return l }, "CUDA_DEVICE_MEMORY_LIMIT_0", false},
 		// The pod's own limit wins (cooperative), but the preload stays.

@@ -13,9 +13,9 @@ import (
 
 // MPS checks what the mps backend gives a one-card shared container
 // (docs/backend-mps.md): its card's pipe directory at /tmp/nvidia-mps (a
-// bind of <mps root>/<uuid>/pipe), the shared memory directory at
-// /dev/shm (<mps root>/shm, which holds the control daemon's mark), both
-// writable, and CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+// read-only bind of <mps root>/<uuid>/pipe), its card's shared memory
+// directory at /dev/shm (<mps root>/<uuid>/shm, which holds the control
+// daemon's mark), writable, and CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
 // as the slice says, whatever the pod's spec sets (the agent delivers
 // through CDI).
 func MPS(p *corev1.Pod, container string, lines []Line) []string {
@@ -39,13 +39,16 @@ func MPS(p *corev1.Pod, container string, lines []Line) []string {
 		}
 	}
 	var problems []string
-	for target, root := range map[string]string{"/tmp/nvidia-mps": "/" + s.UUID + "/pipe", "/dev/shm": "/shm"} {
+	for target, root := range map[string]string{"/tmp/nvidia-mps": "/" + s.UUID + "/pipe", "/dev/shm": "/" + s.UUID + "/shm"} {
 		m, ok := mounts[target]
+		readOnly := target == "/tmp/nvidia-mps" // a root tenant could remove the control socket
 		switch {
 		case !ok:
 			problems = append(problems, "no mount at "+target)
-		case m.RO:
+		case m.RO && !readOnly:
 			problems = append(problems, target+" mounted read-only")
+		case !m.RO && readOnly:
+			problems = append(problems, target+" mounted read-write")
 		case !strings.HasSuffix(m.Root, root):
 			problems = append(problems, fmt.Sprintf("%s is %s, want the MPS root's %s", target, m.Root, root))
 		}

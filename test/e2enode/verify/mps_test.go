@@ -7,8 +7,8 @@ import (
 
 func mpsGood() []Line {
 	return []Line{
-		{Kind: "mount", Target: "/tmp/nvidia-mps", Root: "/mps/GPU-b/pipe"},
-		{Kind: "mount", Target: "/dev/shm", Root: "/mps/shm"},
+		{Kind: "mount", Target: "/tmp/nvidia-mps", Root: "/mps/GPU-b/pipe", RO: true},
+		{Kind: "mount", Target: "/dev/shm", Root: "/mps/GPU-b/shm"},
 		{Kind: "file", Name: "/dev/shm/qgpu-mps-control-daemon", Value: "x\n"},
 		{Kind: "writable", Name: "/dev/shm"},
 		{Kind: "env", Name: "CUDA_MPS_PIPE_DIRECTORY", Value: "/tmp/nvidia-mps"},
@@ -25,9 +25,12 @@ func TestMPS(t *testing.T) {
 		{"as set up", func(l []Line) []Line { return l }, ""},
 		{"another card's pipe", func(l []Line) []Line { l[0].Root = "/mps/GPU-a/pipe"; return l }, "/tmp/nvidia-mps is /mps/GPU-a/pipe"},
 		{"no pipe mount", func(l []Line) []Line { return l[1:] }, "no mount at /tmp/nvidia-mps"},
+		{"the node-wide /dev/shm of before", func(l []Line) []Line { l[1].Root = "/mps/shm"; return l }, "/dev/shm is /mps/shm"},
+		{"another card's /dev/shm", func(l []Line) []Line { l[1].Root = "/mps/GPU-a/shm"; return l }, "/dev/shm is /mps/GPU-a/shm"},
 		{"the sandbox's own /dev/shm", func(l []Line) []Line { l[1].Root = "/"; return l[:2] }, "/dev/shm is /"},
 		{"no daemon mark", func(l []Line) []Line { return append(l[:2], l[3:]...) }, "control daemon's mark"},
 		{"shm read-only", func(l []Line) []Line { l[1].RO = true; return l }, "/dev/shm mounted read-only"},
+		{"pipe read-write", func(l []Line) []Line { l[0].RO = false; return l }, "/tmp/nvidia-mps mounted read-write"},
 		{"pod's own memory limit", func(l []Line) []Line { l[5].Value = "0=99999M"; return l }, "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"},
 		{"pod's own pipe directory", func(l []Line) []Line { l[4].Value = "/tmp/elsewhere"; return l }, "CUDA_MPS_PIPE_DIRECTORY"},
 	} {
