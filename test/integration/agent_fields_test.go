@@ -81,13 +81,14 @@ func TestAgentWritesOnlyItsFields(t *testing.T) {
 	})
 	t.Run("the agent's own writes pass", func(t *testing.T) { checkAgentOwnWrites(t, cs, asA) })
 	t.Run("anything else is refused, naming the field", func(t *testing.T) { checkAgentOtherWrites(t, cs, asA) })
-	t.Run("no creating or deleting, whatever RBAC grants", func(t *testing.T) { checkAgentNoCreateDelete(t, cp) })
+	t.Run("no creating, no deleting but its own pods, whatever RBAC grants", func(t *testing.T) { checkAgentNoCreateDelete(t, cp) })
 }
 
 // checkAgentNoCreateDelete: RBAC grants the agent neither, so the policy's
 // own refusal shows only with a wider grant: the agent of node-a as an
 // administrator impersonates it, in system:masters, with its token's node
-// name, creating a pod on node-a and deleting one there.
+// name, creating a pod on node-a, deleting its Node or a pod of another
+// node; deleting a pod of its own node is allowed (mpsguard's evict).
 func checkAgentNoCreateDelete(t *testing.T, cp *harness.ControlPlane) {
 	ctx := context.Background()
 	cfg := rest.CopyConfig(cp.Config)
@@ -101,9 +102,24 @@ func checkAgentNoCreateDelete(t *testing.T, cp *harness.ControlPlane) {
 	if !contains(err, "may not create pods") {
 		t.Errorf("creating a pod on node-a: %v, want a refusal by qgpu-agent-own-node", err)
 	}
-	err = wide.CoreV1().Pods("default").Delete(ctx, "work-a", metav1.DeleteOptions{})
-	if !contains(err, "may not delete pods") {
-		t.Errorf("deleting a pod on node-a: %v, want a refusal by qgpu-agent-own-node", err)
+	// It may delete a pod bound to its node (the MPS guard's eviction), no
+	// other pod and no Node.
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, podOn("default", "victim-a", "node-a"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wide.CoreV1().Pods("default").Delete(ctx, "victim-a", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("deleting a pod bound to node-a: %v, want it allowed (mpsguard's evict policy)", err)
+	}
+	if _, err := cp.Client.CoreV1().Pods("default").Create(ctx, podOn("default", "victim-b", "node-b"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err = wide.CoreV1().Pods("default").Delete(ctx, "victim-b", metav1.DeleteOptions{})
+	if !contains(err, "may write only pods bound to it") {
+		t.Errorf("deleting a pod on node-b: %v, want a refusal by qgpu-agent-own-node", err)
+	}
+	err = wide.CoreV1().Nodes().Delete(ctx, "node-a", metav1.DeleteOptions{})
+	if !contains(err, "may not delete nodes") {
+		t.Errorf("deleting its Node: %v, want a refusal by qgpu-agent-own-node", err)
 	}
 }
 
