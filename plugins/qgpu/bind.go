@@ -25,8 +25,8 @@ import (
 // (bindoutcome.go).
 func (p *QGPU) Bind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
-	if err != nil || s.req.CPUOnly() {
-		return fwk.NewStatus(fwk.Skip)
+	if err != nil || s.req.CPUOnly() || s.join != nil {
+		return fwk.NewStatus(fwk.Skip) // DefaultBinder; a joining pod has no assignment
 	}
 	value, err := encodeAssignment(s, pod, nodeName)
 	if err != nil {

@@ -119,7 +119,7 @@ func (p *QGPU) claimStatus(ctx context.Context, pod *v1.Pod, req *request.Reques
 			"resourceClaims[%s]: names no qGPU DeviceClass: qgpu-scheduler allocates only %s devices, and would bind the pod with that claim unallocated; "+
 				"a pod with a qGPU slice beside another driver's device is not supported yet (docs/dra.md#the-scheduler-profile)",
 			strings.Join(req.OtherClaims, ", "), protocol.DRADriver))
-	case req != nil && len(req.Claims) > 0 && p.runsDynamicResources():
+	case req != nil && len(req.Claims)+len(req.Shared) > 0 && p.runsDynamicResources():
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf(
 			"this profile runs %s, which would allocate the qGPU claims a second time: disable it in the profile (docs/dra.md#the-scheduler-profile)", names.DynamicResources))
 	case req == nil && request.UsesClaims(pod) && !p.runsDynamicResources():

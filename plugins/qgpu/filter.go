@@ -33,6 +33,9 @@ func (p *QGPU) Filter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeI
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if s.join != nil {
+		return filterJoin(s.join, nodeInfo.Node().Name)
+	}
 	if reason := p.vocabularyReason(s.req, nodeInfo.Node()); reason != "" {
 		p.rejections.rejected(pointFilter, reason)
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reason)

@@ -17,7 +17,7 @@ import (
 // this plugin's Bind writes the assignment with the binding and the pod has
 // no claims to allocate.
 func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod, _ string) *fwk.Status {
-	if s, err := readState(cs); err != nil || s.req.CPUOnly() || (p.bindsItself() && len(s.req.Claims) == 0) {
+	if s, err := readState(cs); err != nil || (s.join == nil && (s.req.CPUOnly() || (p.bindsItself() && len(s.req.Claims) == 0))) {
 		return fwk.NewStatus(fwk.Skip)
 	}
 	return nil
@@ -29,6 +29,12 @@ func (p *QGPU) PreBindPreFlight(_ context.Context, cs fwk.CycleState, _ *v1.Pod,
 // (see Bind): that part serves profiles that bind with DefaultBinder only.
 func (p *QGPU) PreBind(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
 	s, err := readState(cs)
+	if err == nil && s.join != nil {
+		if err := p.joinClaims(ctx, s.join, pod); err != nil {
+			return fwk.AsStatus(fmt.Errorf("joining the shared qGPU claims of pod %s: %w", klog.KObj(pod), err))
+		}
+		return nil // bound without an assignment: its slices are its claims'
+	}
 	if err == nil && len(s.req.Claims) > 0 {
 		s.claimsWritten = true
 		if err := p.allocateClaims(ctx, s, pod, nodeName); err != nil {

@@ -32,6 +32,9 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 		p.rejections.rejected(pointPreFilter, reasonInvalidRequest)
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
 	}
+	if req != nil && len(req.Shared) > 0 {
+		return p.joinCycle(cs, req)
+	}
 	if req == nil {
 		return nil, p.cpuOnlyCycle(ctx, cs, pod, len(nodes))
 	}

@@ -27,6 +27,9 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 	if err != nil {
 		return fwk.AsStatus(err)
 	}
+	if s.join != nil {
+		return nil // the slices are the shared claims'
+	}
 	if s.req.CPUOnly() {
 		p.shared.learnCPUOnly(pod.UID, nodeName, s.podCPU)
 		return nil
@@ -93,6 +96,9 @@ func (p *QGPU) snapshotNode(name string) fwk.NodeInfo {
 // the informer already saw the pod bound with (a bind can fail after the
 // apiserver wrote it; see the ledger's package doc).
 func (p *QGPU) Unreserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeName string) {
+	if s, err := readState(cs); err == nil && s.join != nil && s.join.joined {
+		p.leaveClaims(ctx, s.join, pod)
+	}
 	if s, err := readState(cs); err == nil && s.claimsWritten && !p.mayBeBound(pod, nodeName) {
 		p.releaseClaims(ctx, s, pod)
 	}

@@ -24,6 +24,9 @@ func (p *QGPU) Score(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodeIn
 	if err != nil {
 		return 0, fwk.AsStatus(err)
 	}
+	if s.join != nil {
+		return 0, nil // one node
+	}
 	if score, ok := p.scores.Get(nodeInfo); ok {
 		return score, nil
 	}

@@ -39,6 +39,9 @@ type cycleState struct {
 	// shares are the share IDs PreBind drew for the claims' allocations,
 	// by claim UID: what Unreserve may take back.
 	shares map[types.UID]types.UID
+	// join is set for a pod that joins claims other pods' cycles
+	// allocated (claims_join.go); every extension point then does only that.
+	join *joinPlan
 }
 
 type delta struct {

@@ -111,6 +111,17 @@ func ParseClaims(pod *v1.Pod, get ClaimGetter) (*Request, error) {
 		if claim == nil {
 			continue
 		}
+		if shared, ok, err := sharedClaim(pod, claim, pc.Name, users[pc.Name]); err != nil || ok {
+			if err != nil {
+				return nil, err
+			}
+			if req.Class != "" && shared.class != req.Class {
+				return nil, invalidf("resourceClaims[%s]: class %s: every qGPU claim of a pod has one class, and another claim is %s", pc.Name, shared.class, req.Class)
+			}
+			req.Class = shared.class
+			req.Shared = append(req.Shared, shared.SharedClaim)
+			continue
+		}
 		ref, c, class, ok, err := claimSlice(pod, claim, pc.Name, users[pc.Name])
 		if err != nil {
 			return nil, err
@@ -126,6 +137,14 @@ func ParseClaims(pod *v1.Pod, get ClaimGetter) (*Request, error) {
 		req.Containers = append(req.Containers, c)
 		req.Claims = append(req.Claims, ref)
 	}
+	if len(req.Shared) > 0 {
+		if len(req.Containers) > 0 {
+			return nil, invalidf("resourceClaims[%s]: already allocated for another pod, while resourceClaims[%s] is not: "+
+				"a pod joins claims other pods hold, or has claims of its own allocated, not both (docs/dra.md#shared-claims)",
+				req.Shared[0].Ref.PodClaim, req.Claims[0].PodClaim)
+		}
+		return req, nil
+	}
 	if len(req.Containers) == 0 {
 		return nil, nil
 	}
@@ -133,6 +152,50 @@ func ParseClaims(pod *v1.Pod, get ClaimGetter) (*Request, error) {
 		return nil, invalidf("annotation %s: value %q disagrees with the claims' DeviceClass (%s): drop the annotation", protocol.AnnotationAppClass, value, protocol.DRADeviceClass(req.Class))
 	}
 	return req, checkPod(req)
+}
+
+// SharedClaim is a qGPU claim another pod's cycle allocated, which this pod
+// joins: on Node, as long as the allocation still has Share.
+type SharedClaim struct {
+	Ref   ClaimRef
+	Node  string
+	Share types.UID
+}
+
+type sharedClaimOf struct {
+	SharedClaim
+	class protocol.Class
+}
+
+// sharedClaim reads an allocated qGPU claim the pod may join: allocated by
+// qGPU (its driver's results, with a share ID) for other pods (not stale
+// for this one), with room in reservedFor. ok is false for any other claim,
+// which claimSlice then judges as before. The claim must be one the pod
+// could have had allocated itself (claimSlice's rules).
+func sharedClaim(pod *v1.Pod, claim *resourceapi.ResourceClaim, podClaim string, users []string) (sharedClaimOf, bool, error) {
+	if claim.Status.Allocation == nil || len(claim.Status.ReservedFor) >= resourceapi.ResourceClaimReservedForMaxSize {
+		return sharedClaimOf{}, false, nil
+	}
+	if stale, _ := staleFor(claim, pod); stale {
+		return sharedClaimOf{}, false, nil
+	}
+	hold, held := protocol.HeldByClaim(claim)
+	var share types.UID
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver == protocol.DRADriver && r.ShareID != nil {
+			share = *r.ShareID
+		}
+	}
+	if !held || share == "" {
+		return sharedClaimOf{}, false, nil
+	}
+	shape := claim.DeepCopy()
+	shape.Status = resourceapi.ResourceClaimStatus{}
+	ref, _, class, ok, err := claimSlice(pod, shape, podClaim, users)
+	if err != nil || !ok {
+		return sharedClaimOf{}, false, err
+	}
+	return sharedClaimOf{SharedClaim: SharedClaim{Ref: ref, Node: hold.Node, Share: share}, class: class}, true, nil
 }
 
 // claimUsers maps each pod claim name to the containers that use it.

@@ -48,6 +48,11 @@ type Request struct {
 	// ask for no qGPU DeviceClass: another driver's devices, which
 	// qgpu-scheduler does not allocate (docs/dra.md#the-scheduler-profile).
 	OtherClaims []string
+	// Shared are the pod's qGPU claims that another pod's cycle already
+	// allocated (a claim several pods use): the pod joins them on their
+	// node and holds nothing of its own (docs/dra.md#shared-claims). A pod
+	// has either Shared or Containers, not both.
+	Shared []SharedClaim
 }
 
 // Container is one container's slice request.
