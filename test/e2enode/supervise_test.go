@@ -25,12 +25,18 @@ func TestStartProcSurvivesThreadExit(t *testing.T) {
 		err           error
 	}
 	ch := make(chan started, 1)
+	release := make(chan struct{})
+	defer close(release)
 	start := func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
 		if unix.Gettid() == unix.Getpid() {
-			// The main thread never exits (the runtime wedges it): try another.
-			runtime.UnlockOSThread()
+			// The main thread never exits (the runtime wedges it): try
+			// another. This goroutine keeps the main thread until the test
+			// ends, so that the next try runs on another thread (with
+			// GOMAXPROCS=1 every try landed on the main thread, forever).
 			ch <- started{mainThread: true}
+			<-release
+			runtime.UnlockOSThread()
 			return
 		}
 		plainCmd := exec.Command("sleep", "60")
