@@ -35,9 +35,11 @@ func (r *registrar) Register(_ context.Context, req *pluginapi.RegisterRequest) 
 	return &pluginapi.Empty{}, nil
 }
 
+// poll waits until f holds, for up to a minute: only a failing test waits
+// it out.
 func poll(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for !f() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

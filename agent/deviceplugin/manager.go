@@ -27,6 +27,9 @@ type Manager struct {
 	// Registered, if set, is called after every successful registration round
 	// (tests wait on it).
 	Registered func()
+	// Watching, if set, is called once Run watches Dir for kubelet.sock
+	// (tests wait on it before they restart the kubelet).
+	Watching func()
 
 	mu sync.Mutex // serialises restarts
 
@@ -146,6 +149,9 @@ func (m *Manager) Run(ctx context.Context, start bool) error {
 	defer w.Close()
 	if err := w.Add(m.Dir); err != nil {
 		return fmt.Errorf("watching %s: %w", m.Dir, err)
+	}
+	if m.Watching != nil {
+		m.Watching()
 	}
 	logger := klog.FromContext(ctx)
 	backoff := restartBackoff()

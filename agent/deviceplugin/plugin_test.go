@@ -54,7 +54,7 @@ func (k *fakeKubelet) expectRegistrations(t *testing.T) {
 				t.Errorf("version %q", r.Version)
 			}
 			got[r.ResourceName] = r.Endpoint
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute): // a hang, not a slow machine
 			t.Fatalf("registrations: got %v, want all three resources", got)
 		}
 	}
@@ -152,9 +152,7 @@ func TestReRegisterWhenKubeletRestarts(t *testing.T) {
 	}
 	defer m.Stop()
 	kubelet.expectRegistrations(t)
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, false) }()
-	time.Sleep(200 * time.Millisecond) // let Run add its watch
+	done := runWatching(t, ctx, m)
 
 	// A kubelet restart: its socket goes away with the plugin sockets, then comes back.
 	kubelet.server.Stop()
@@ -170,6 +168,23 @@ func TestReRegisterWhenKubeletRestarts(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
+}
+
+// runWatching starts m.Run and returns once Run watches the plugin
+// directory: a kubelet.sock re-created before would go unseen. The channel
+// gets Run's result.
+func runWatching(t *testing.T, ctx context.Context, m *Manager) <-chan error {
+	t.Helper()
+	watching := make(chan struct{})
+	m.Watching = func() { close(watching) }
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx, false) }()
+	select {
+	case <-watching:
+	case err := <-done:
+		t.Fatalf("Run returned before it watched %s: %v", m.Dir, err)
+	}
+	return done
 }
 
 func healthCount(devs []*pluginapi.Device) map[string]int {
@@ -234,9 +249,7 @@ func TestReadyFollowsRegistration(t *testing.T) {
 	if d := m.FailingFor(); d != 0 {
 		t.Errorf("FailingFor while registered = %v", d)
 	}
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx, false) }()
-	time.Sleep(200 * time.Millisecond) // let Run add its watch (as in TestReRegisterWhenKubeletRestarts)
+	done := runWatching(t, ctx, m)
 
 	// A kubelet restart removes the plugin sockets first.
 	kubelet.server.Stop()
@@ -248,7 +261,9 @@ func TestReadyFollowsRegistration(t *testing.T) {
 	}
 	restarted := startKubelet(t, dir)
 	restarted.expectRegistrations(t)
-	deadline := time.Now().Add(5 * time.Second)
+	// Ready follows the last Register call's answer, which the fake
+	// kubelet has seen before the Manager has.
+	deadline := time.Now().Add(time.Minute)
 	for m.Ready() != nil && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}

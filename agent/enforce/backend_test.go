@@ -79,6 +79,16 @@ func mpsNode(t *testing.T, ready ...string) string {
 	return root
 }
 
+// Waits of the MPS backend in these tests. patientMPSWait bounds a wait for
+// something the test or daemonTakesCeilings does: generous, as only a
+// failing test waits it out (a loaded CI machine can take seconds to run a
+// goroutine). refusedMPSWait bounds a wait for something that never comes,
+// a refusal the test expects; a slow machine only refuses the surer.
+const (
+	patientMPSWait = time.Minute
+	refusedMPSWait = 200 * time.Millisecond
+)
+
 // daemonTakesCeilings stands in for the control daemon's side of the
 // ceiling protocol (agent/enforce/mpsd tests the real one): every ceiling
 // file under root is marked in force, until the test ends.
@@ -105,7 +115,7 @@ func daemonTakesCeilings(t *testing.T, root string) {
 
 func TestMPS(t *testing.T) {
 	root := mpsNode(t, "GPU-1")
-	b, err := New(NameMPS, Options{MPSRoot: root})
+	b, err := New(NameMPS, Options{MPS: MPSRoot{Root: root, Wait: patientMPSWait}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,12 +164,14 @@ func TestMPS(t *testing.T) {
 // waits for the daemon to be ready again.
 func TestMPSWholeCard(t *testing.T) {
 	root := mpsNode(t, whole0.UUID)
-	b := &MPS{Control: MPSRoot{Root: root, Wait: 300 * time.Millisecond}}
+	b := &MPS{Control: MPSRoot{Root: root, Wait: refusedMPSWait}}
 	whole := req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, whole0)
 	_, err := b.Allocate(whole)
 	if !errors.Is(err, ErrMPSNotReady) || !strings.Contains(err.Error(), "whole") {
 		t.Fatalf("no switch by the daemon: %v, want ErrMPSNotReady naming the request", err)
 	}
+	// From here on every switch comes: wait for it as long as it takes.
+	b.Control = MPSRoot{Root: root, Wait: patientMPSWait}
 	request := filepath.Join(root, whole0.UUID, MPSRequestFile)
 	if got, _ := os.ReadFile(request); string(got) != MPSRequestWhole {
 		t.Fatalf("request %q, want %q", got, MPSRequestWhole)
@@ -179,7 +191,7 @@ func TestMPSWholeCard(t *testing.T) {
 		_, err := b.Allocate(req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, slice))
 		done <- err
 	}()
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(patientMPSWait); ; time.Sleep(10 * time.Millisecond) {
 		if got, _ := os.ReadFile(request); string(got) == MPSRequestShared {
 			break
 		}

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -110,7 +109,7 @@ func FuzzParseMPSCeiling(f *testing.F) {
 // slices, it refuses.
 func TestMPSCeiling(t *testing.T) {
 	root := mpsNode(t, "GPU-1")
-	b := &MPS{Control: MPSRoot{Root: root, Wait: 300 * time.Millisecond}}
+	b := &MPS{Control: MPSRoot{Root: root, Wait: patientMPSWait}}
 	r := req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)
 	var asked string
 	r.CardSlices = func(uuid string) ([]protocol.Slice, error) {
@@ -138,7 +137,7 @@ func TestMPSCeiling(t *testing.T) {
 	os.MkdirAll(filepath.Join(alone, "GPU-1", "pipe"), 0o755)
 	os.WriteFile(filepath.Join(alone, "GPU-1", MPSReadyFile), nil, 0o644)
 	os.Mkdir(filepath.Join(alone, "GPU-1", MPSShmDir), 0o1777)
-	b = &MPS{Control: MPSRoot{Root: alone, Wait: 200 * time.Millisecond}}
+	b = &MPS{Control: MPSRoot{Root: alone, Wait: refusedMPSWait}}
 	r = req(protocol.ResourceMemory, protocol.ClassGeneral, protocol.PolicyFixedShare, shared)
 	_, err := b.Allocate(r)
 	if path := filepath.Join(alone, "GPU-1", MPSCeilingFile); !errors.Is(err, ErrMPSNotReady) || !strings.Contains(err.Error(), path) {

@@ -97,7 +97,7 @@ func TestStartWithBrokenCard(t *testing.T) {
 		if e.Index != 1 || e.Healthy {
 			t.Errorf("event %+v", e)
 		}
-	case <-time.After(3 * time.Second):
+	case <-time.After(time.Minute): // a hang, not a slow machine
 		t.Fatal("the broken card was not reported by the first poll")
 	}
 }
@@ -122,7 +122,7 @@ func TestWatchHealth(t *testing.T) {
 			if e.Index != index || e.Healthy != healthy || e.UUID != fake.UUID(index) {
 				t.Fatalf("event %+v, want card %d healthy=%v", e, index, healthy)
 			}
-		case <-time.After(3 * time.Second):
+		case <-time.After(time.Minute): // a hang, not a slow machine
 			t.Fatalf("no event for card %d healthy=%v", index, healthy)
 		}
 	}
@@ -137,6 +137,7 @@ func TestWatchHealth(t *testing.T) {
 	fake.InjectXid(0, 43) // an application error: ignored
 	fake.InjectXid(0, 79) // fallen off the bus
 	expect(0, false)
+	// Asserting absence: a slow machine sees fewer polls, never more events.
 	select {
 	case e := <-events:
 		t.Fatalf("unexpected event %+v (a critical Xid is sticky)", e)

@@ -6,7 +6,6 @@ package monitoring
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"regexp"
 	"slices"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -206,30 +206,20 @@ func schedulerRegistry(t *testing.T) prometheus.Gatherer {
 			t.Fatalf("informer of %v did not sync", typ)
 		}
 	}
-	// The node handler runs after the cache holds the node: wait (bounded)
-	// until the pool gauges show it.
-	err := waitFor(10000, func() bool {
+	// The node handler runs after the cache holds the node: wait until the
+	// pool gauges show it, for up to a minute (only a failing test waits
+	// it out).
+	err := wait.PollUntilContextTimeout(ctx, time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		fams, _ := legacyregistry.DefaultGatherer.Gather()
 		for _, f := range fams {
 			if f.GetName() == "qgpu_scheduler_pool_cards" {
-				return true
+				return true, nil
 			}
 		}
-		return false
+		return false, nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the scheduler's pool gauges never showed the node: %v", err)
 	}
 	return legacyregistry.DefaultGatherer
-}
-
-// waitFor polls cond up to tries times, a millisecond apart.
-func waitFor(tries int, cond func() bool) error {
-	for range tries {
-		if cond() {
-			return nil
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return errors.New("the scheduler's pool gauges never showed the node")
 }

@@ -128,12 +128,13 @@ func reservedCycle(t *testing.T, p *QGPU, pod *v1.Pod, node string) fwk.CycleSta
 	return cs
 }
 
-// settledClaim reads the claim until want holds, for at most 2 s (the
-// stale release runs off the scheduling goroutine), and returns it: long
-// enough too for a release that must not happen to have happened.
+// settledClaim reads the claim until want holds, for at most a minute
+// (the stale release runs off the scheduling goroutine; only a failing
+// test waits it out), and returns it. A want that holds already returns
+// at once.
 func settledClaim(t *testing.T, p *QGPU, name string, want func(*resourceapi.ResourceClaim) bool) *resourceapi.ResourceClaim {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	c := readClaim(t, p, name)
 	for !want(c) && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

@@ -264,11 +264,12 @@ func TestHandlersWakeWaitingPods(t *testing.T) {
 }
 
 // awaitActivation returns the first activation equal to want, or the last
-// one seen (the start-up's own activations come first) when none is in 10 s.
+// one seen (the start-up's own activations come first) when none is in a
+// minute (only a failing test waits it out).
 func awaitActivation[T any](t *testing.T, c chan T, want T) T {
 	t.Helper()
 	var last T
-	timeout := time.After(10 * time.Second)
+	timeout := time.After(time.Minute)
 	for {
 		select {
 		case got := <-c:

@@ -117,11 +117,12 @@ func TestWatchReleasePaths(t *testing.T) {
 	})
 }
 
+// waitFor polls cond for up to a minute: only a failing test waits it out.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true,
+	if err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, time.Minute, true,
 		func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-		t.Fatal("condition not met in 10 s")
+		t.Fatal("condition not met in a minute")
 	}
 }
 

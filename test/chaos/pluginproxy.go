@@ -45,6 +45,10 @@ type pluginProxy struct {
 	count  *tally
 	ln     *peerListener
 	reg    *grpc.Server
+	// cutAfter runs cut after d, and returns a func that stops it if it
+	// has not run yet: time.AfterFunc, when nil (tests cut when the agent
+	// has the call).
+	cutAfter func(d time.Duration, cut func()) (stop func() bool)
 
 	mu      sync.Mutex
 	plugins map[string]*pluginForward // by the agent's endpoint
@@ -183,8 +187,11 @@ func (f *pluginForward) Allocate(ctx context.Context, r *pluginapi.AllocateReque
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	timer := time.AfterFunc(delay, cancel)
-	defer timer.Stop()
+	after := f.p.cutAfter
+	if after == nil {
+		after = func(d time.Duration, cut func()) func() bool { return time.AfterFunc(d, cut).Stop }
+	}
+	defer after(delay, cancel)()
 	_, err := f.up.Allocate(cctx, r)
 	switch {
 	case status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled):

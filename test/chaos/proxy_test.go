@@ -71,7 +71,7 @@ func TestPodResourcesProxy(t *testing.T) {
 	}
 	defer p.Close()
 	client := podresourcesapi.NewPodResourcesListerClient(dialUnix(t, filepath.Join(dir, "c", "pr.sock")))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang, not a slow machine
 	defer cancel()
 
 	faults.begin(time.Now(), time.Minute)
@@ -95,15 +95,16 @@ func TestPodResourcesProxy(t *testing.T) {
 
 type blockingAgent struct {
 	pluginapi.UnimplementedDevicePluginServer
-	cancelled chan struct{}
+	called, cancelled chan struct{}
 }
 
 func (a *blockingAgent) Allocate(ctx context.Context, _ *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	close(a.called)
 	select {
 	case <-ctx.Done():
 		close(a.cancelled)
 		return nil, ctx.Err()
-	case <-time.After(10 * time.Second):
+	case <-time.After(time.Minute): // a hang, not a slow machine
 		return &pluginapi.AllocateResponse{}, nil
 	}
 }
@@ -112,7 +113,7 @@ func (a *blockingAgent) Allocate(ctx context.Context, _ *pluginapi.AllocateReque
 // kubelet gets the proxy's error.
 func TestPluginProxyCutsAllocate(t *testing.T) {
 	dir := shortDir(t)
-	agent := &blockingAgent{cancelled: make(chan struct{})}
+	agent := &blockingAgent{called: make(chan struct{}), cancelled: make(chan struct{})}
 	serve(t, filepath.Join(dir, "dp", "qgpu-core.sock"), func(s *grpc.Server) { pluginapi.RegisterDevicePluginServer(s, agent) })
 	faults := newAllocFaults(1, 1, 5*time.Millisecond, 10)
 	faults.set(true)
@@ -122,13 +123,20 @@ func TestPluginProxyCutsAllocate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.close()
+	// The cut comes once the agent has the call, not after the faults'
+	// few milliseconds: a loaded machine can take longer than that to
+	// connect to the agent, and the call would be cut before it got there.
+	p.cutAfter = func(_ time.Duration, cut func()) func() bool {
+		go func() { <-agent.called; cut() }()
+		return func() bool { return false }
+	}
 	kubeletDir := filepath.Join(dir, "kubelet")
 	f, err := p.forwarder("qgpu-core.sock", kubeletDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	client := pluginapi.NewDevicePluginClient(dialUnix(t, filepath.Join(kubeletDir, f.endpoint)))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang, not a slow machine
 	defer cancel()
 	_, err = client.Allocate(ctx, &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"a"}}}})
 	if status.Code(err) != codes.Unavailable || status.Convert(err).Message() != allocateCut {
@@ -136,7 +144,7 @@ func TestPluginProxyCutsAllocate(t *testing.T) {
 	}
 	select {
 	case <-agent.cancelled:
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute): // a hang, not a slow machine
 		t.Fatal("the agent's Allocate was not cancelled")
 	}
 	if n := count.get("Allocate cancelled mid-call"); n != 1 {

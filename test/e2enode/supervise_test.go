@@ -25,12 +25,18 @@ func TestStartProcSurvivesThreadExit(t *testing.T) {
 		err           error
 	}
 	ch := make(chan started, 1)
+	release := make(chan struct{})
+	defer close(release)
 	start := func() {
 		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
 		if unix.Gettid() == unix.Getpid() {
-			// The main thread never exits (the runtime wedges it): try another.
-			runtime.UnlockOSThread()
+			// The main thread never exits (the runtime wedges it): try
+			// another. This goroutine keeps the main thread until the test
+			// ends, so that the next try runs on another thread (with
+			// GOMAXPROCS=1 every try landed on the main thread, forever).
 			ch <- started{mainThread: true}
+			<-release
+			runtime.UnlockOSThread()
 			return
 		}
 		plainCmd := exec.Command("sleep", "60")
@@ -156,9 +162,14 @@ func (e stringError) Error() string { return string(e) }
 // TestSuperviseStopsDuringRestartDelay: a stop that comes while a
 // component waits to be restarted ends supervise cleanly, without
 // counting the exited component again (its done channel stays closed).
+//
+// The stop comes once the restart is recorded (restart records it, then
+// waits restartDelay), and the delay is long enough that the stop comes
+// within it however slow the machine; it ends the wait, so the test does
+// not wait the delay.
 func TestSuperviseStopsDuringRestartDelay(t *testing.T) {
 	defer func(d time.Duration) { restartDelay = d }(restartDelay)
-	restartDelay = 300 * time.Millisecond
+	restartDelay = time.Minute
 	for run := 0; run < 10; run++ {
 		dir := t.TempDir()
 		steady := &component{dir: dir, name: "containerd", bin: "sleep", args: []string{"60"}}
@@ -169,7 +180,19 @@ func TestSuperviseStopsDuringRestartDelay(t *testing.T) {
 			}
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-failing.proc.done; time.Sleep(50 * time.Millisecond); cancel() }()
+		go func() {
+			defer cancel()
+			for {
+				if restarts, err := readRestarts(dir); err == nil && len(restarts) > 0 {
+					return
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}()
 		err := supervise(ctx, steady, failing)
 		steady.proc.terminate(time.Second)
 		cancel()

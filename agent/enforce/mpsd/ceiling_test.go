@@ -71,7 +71,7 @@ func applied(root, uuid string) string {
 func TestDaemonsCeiling(t *testing.T) {
 	bin, record := writeFakeMPS(t)
 	root := t.TempDir()
-	d := New(root, bin, &modes{}, klog.Background())
+	d := newDaemons(root, bin, &modes{})
 	d.MinBackoff = 10 * time.Millisecond
 	defer d.Stop()
 	first := enforce.MPSCeiling{MemoryMiB: 4096, ThreadPercentage: 30}.String()
@@ -132,13 +132,8 @@ func TestDaemonsCeiling(t *testing.T) {
 	os.Remove(filepath.Join(pipe, "server"))
 	os.WriteFile(filepath.Join(pipe, "crash"), nil, 0o644)
 	waitRecord(t, record, "crash GPU-a")
-	waitRecord(t, record, "start GPU-a", "start GPU-a")
-	for range 500 {
-		if strings.Count(strings.Join(commandsIn(record, pipe), "\n"), "set_default_device_pinned_mem_limit 0 8192M") == 2 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitCount(t, record, "start GPU-a", 2)
+	waitCount(t, record, "set_default_device_pinned_mem_limit 0 8192M "+pipe, 2)
 	waitFile(t, filepath.Join(root, "GPU-a", enforce.MPSReadyFile), true)
 	if got := commandsIn(record, pipe); strings.Count(strings.Join(got, "\n"), "set_default_device_pinned_mem_limit 0 8192M") != 2 {
 		t.Errorf("after a restart the ceiling was not put in force again:\n%s", strings.Join(got, "\n"))
@@ -154,7 +149,7 @@ func TestDaemonsCeiling(t *testing.T) {
 func TestDaemonsBadCeilingAtStart(t *testing.T) {
 	bin, record := writeFakeMPS(t)
 	root := t.TempDir()
-	d := New(root, bin, &modes{}, klog.Background())
+	d := newDaemons(root, bin, &modes{})
 	defer d.Stop()
 	writeCeiling(t, root, "GPU-a", "memory_mib=-1 active_thread_percentage=50")
 	if err := d.Start([]string{"GPU-a"}); err != nil {

@@ -49,23 +49,61 @@ func writeFakeMPS(t *testing.T) (bin, record string) {
 	return bin, filepath.Join(dir, "record")
 }
 
+// patience bounds the tests' waits for the fake daemons (shell scripts):
+// only a failing test waits it out, and a loaded CI machine can take
+// seconds to start one.
+const patience = time.Minute
+
+// newDaemons is New with the quit and control command timeout raised to
+// patience: a control command or a quit that a loaded machine runs slowly
+// must not be taken for a daemon that does not answer.
+func newDaemons(root, bin string, modes ComputeModes) *Daemons {
+	d := New(root, bin, modes, klog.Background())
+	d.QuitTimeout = patience
+	return d
+}
+
+// waitUntil polls cond until it holds, failing the test after patience.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(patience); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, patience)
+		}
+	}
+}
+
+// waitRecord waits until the record holds every string of want (once is
+// enough), and returns it.
 func waitRecord(t *testing.T, record string, want ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		data, _ := os.ReadFile(record)
-		ok := true
+	var data []byte
+	holds := func() bool {
+		data, _ = os.ReadFile(record)
 		for _, w := range want {
-			ok = ok && strings.Count(string(data), w) >= 1
+			if !strings.Contains(string(data), w) {
+				return false
+			}
 		}
-		if ok {
-			return string(data)
-		}
+		return true
+	}
+	for deadline := time.Now().Add(patience); !holds(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("record lacks %q:\n%s", want, data)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
+	return string(data)
+}
+
+// waitCount waits until the record holds s at least n times, and returns it.
+func waitCount(t *testing.T, record, s string, n int) string {
+	t.Helper()
+	var data []byte
+	waitUntil(t, fmt.Sprintf("%d× %q in the record", n, s), func() bool {
+		data, _ = os.ReadFile(record)
+		return strings.Count(string(data), s) >= n
+	})
+	return string(data)
 }
 
 // modes records compute mode changes.
@@ -87,13 +125,10 @@ func (m *modes) SetExclusiveProcess(uuid string, on bool) error {
 
 func waitFile(t *testing.T, path string, exists bool) {
 	t.Helper()
-	for range 500 {
-		if _, err := os.Stat(path); (err == nil) == exists {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s exists=%v never came", path, !exists)
+	waitUntil(t, fmt.Sprintf("%s exists=%v", path, exists), func() bool {
+		_, err := os.Stat(path)
+		return (err == nil) == exists
+	})
 }
 
 // TestDaemons: per card EXCLUSIVE_PROCESS first, then one daemon with its
@@ -104,7 +139,7 @@ func TestDaemons(t *testing.T) {
 	bin, record := writeFakeMPS(t)
 	root := t.TempDir()
 	m := &modes{}
-	d := New(root, bin, m, klog.Background())
+	d := newDaemons(root, bin, m)
 	d.MinBackoff, d.MaxBackoff = 20*time.Millisecond, 100*time.Millisecond
 	if err := d.Start([]string{"GPU-a", "GPU-b"}); err != nil {
 		t.Fatal(err)
@@ -118,15 +153,8 @@ func TestDaemons(t *testing.T) {
 	}
 
 	os.WriteFile(filepath.Join(pipeA, "crash"), nil, 0o644)
-	data := waitRecord(t, record, "crash GPU-a")
-	for range 500 {
-		if strings.Count(data, "start GPU-a") >= 2 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-		raw, _ := os.ReadFile(record)
-		data = string(raw)
-	}
+	waitRecord(t, record, "crash GPU-a")
+	data := waitCount(t, record, "start GPU-a", 2)
 	if strings.Count(data, "start GPU-a") != 2 || strings.Count(data, "start GPU-b") != 1 {
 		t.Fatalf("after a crash of GPU-a:\n%s", data)
 	}
@@ -159,7 +187,7 @@ func TestDaemons(t *testing.T) {
 func TestDaemonsNoControlPipe(t *testing.T) {
 	bin, record := writeFakeMPS(t)
 	root := t.TempDir()
-	d := New(root, bin, &modes{}, klog.Background())
+	d := newDaemons(root, bin, &modes{})
 	d.ReadyTimeout = 50 * time.Millisecond
 	if err := os.MkdirAll(filepath.Join(root, "GPU-a", "pipe"), 0o755); err != nil {
 		t.Fatal(err)
@@ -181,7 +209,7 @@ func TestDaemonsNoControlPipe(t *testing.T) {
 // gets no daemon; the others start.
 func TestDaemonsComputeModeRefused(t *testing.T) {
 	bin, record := writeFakeMPS(t)
-	d := New(t.TempDir(), bin, &modes{fail: "GPU-a"}, klog.Background())
+	d := newDaemons(t.TempDir(), bin, &modes{fail: "GPU-a"})
 	defer d.Stop()
 	err := d.Start([]string{"GPU-a", "GPU-b"})
 	if err == nil || !strings.Contains(err.Error(), "card GPU-a") || !strings.Contains(err.Error(), "EXCLUSIVE_PROCESS") {

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/klog/v2"
-
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 )
 
@@ -20,8 +18,8 @@ func TestFollow(t *testing.T) {
 	bin, record := writeFakeMPS(t)
 	root := t.TempDir()
 	m := &modes{}
-	d := New(root, bin, m, klog.Background())
-	d.MinBackoff, d.QuitTimeout = 10*time.Millisecond, 2*time.Second
+	d := newDaemons(root, bin, m)
+	d.MinBackoff = 10 * time.Millisecond
 	defer d.Stop()
 	cards := []string{"GPU-a", "GPU-b"}
 	if err := d.Start(cards); err != nil {
