@@ -6,10 +6,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -98,4 +100,60 @@ func setReservedFor(t *testing.T, cs kubernetes.Interface, claim *resourceapi.Re
 		t.Fatalf("claim %s: reservedFor %+v stored", c.Name, stored.Status.ReservedFor)
 	}
 	return stored
+}
+
+// TestDRASharedClaim: three pods of qgpu-scheduler name one ResourceClaim
+// (a Deployment's replicas sharing one slice). The first allocates it;
+// the others join it on its node instead of waiting for its release
+// (eebf961 ran them one at a time): all three are bound to the claim's node,
+// the claim is reserved for all three, the card holds the slice once, and
+// the checker finds nothing wrong.
+func TestDRASharedClaim(t *testing.T) {
+	cp := draControlPlane(t, func(kind string) bool { return kind == "DeviceClass" })
+	harness.StartQGPUScheduler(t, cp, "config/qgpu-scheduler.yaml")
+	cs := cp.Client
+	ctx := context.Background()
+	createNodes(t, cs, builders.GPUNode("t4", false, builders.Cards(1, "Tesla-T4", t4MiB)),
+		builders.GPUNode("t4b", false, builders.Cards(1, "Tesla-T4", t4MiB)))
+	publishSlice(t, cs, "t4", 1)
+	publishSlice(t, cs, "t4b", 1)
+	createClaims(t, cs, draClaim("one", protocol.ClassGeneral, 6, 30))
+	createPods(t, cs, draPod("first", "one"))
+	first, _ := waitBound(t, cs, "default", "first")
+	createPods(t, cs, draPod("second", "one"), draPod("third", "one"))
+	for _, name := range []string{"second", "third"} {
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+			return err == nil && p.Spec.NodeName != "", nil
+		}); err != nil {
+			t.Fatalf("%s not bound: %v", name, err)
+		}
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.NodeName != first.Spec.NodeName {
+			t.Errorf("%s bound to %s, the claim's node is %s", name, p.Spec.NodeName, first.Spec.NodeName)
+		}
+		if _, ok := p.Annotations[protocol.AnnotationAssignment]; ok {
+			t.Errorf("%s has an assignment of its own: its slice is the claim's", name)
+		}
+	}
+	claim, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, "one", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claim.Status.ReservedFor) != 3 {
+		t.Errorf("claim reserved for %+v, want the three pods", claim.Status.ReservedFor)
+	}
+	c := checkCluster(t, cs)
+	var held int64
+	for _, n := range c.Nodes {
+		for _, card := range n.Cards {
+			held += card.UsedMemoryGiB
+		}
+	}
+	if held != 6 {
+		t.Errorf("the cards hold %d GiB, want the shared slice's 6 once", held)
+	}
 }
