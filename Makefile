@@ -24,7 +24,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
 # make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
 IMAGE_REPO ?= ghcr.io/qgpu-scheduler
 
-.PHONY: all build kustomize version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean integration-skew playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list
+.PHONY: all build kustomize version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean integration-skew playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list gpu-check
 
 all: build
 
@@ -109,6 +109,14 @@ e2e-node:
 
 race:
 	$(GO) test -count=1 -race ./plugins/... ./agent/...
+
+# The real-card check (docs/real-card.md): _output/gpu-check, a payload a
+# session lent a GPU carries to it (binaries built here, the CUDA programs'
+# sources, HAMi-core's source from ../shared/thirdparty, run.sh); prints
+# the device call. DRY=1 also checks it here without a GPU (CI): run.sh
+# --dry, the CUDA programs' host code. The Go half's unit tests run in go test.
+gpu-check:
+	@GO=$(GO) DRY=$(DRY) hack/gpu-check.sh
 
 fuzz-short:
 	FUZZTIME=$(FUZZTIME) hack/fuzz.sh
