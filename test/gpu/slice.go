@@ -258,7 +258,7 @@ func runHAMiSlice(args []string, stdout io.Writer) (verdict, error) {
 	fs.StringVar(&o.policy, "policy", string(protocol.PolicyFixedShare), "the node's policy: fixed-share, burst-share or best-effort")
 	fs.StringVar(&o.root, "root", "", "work directory: the region root is <root>/regions, the CDI specs under <root>/cdi")
 	fs.StringVar(&o.libDir, "lib-dir", "", "the host directory holding libvgpu.so (--hami-lib-dir)")
-	fs.StringVar(&o.lockDir, "lock-dir", "/tmp/vgpulock", "the node's lock directory (--hami-lock-dir); HAMi-core opens /tmp/vgpulock/lock itself")
+	fs.StringVar(&o.lockDir, "lock-dir", "/tmp/vgpulock", "the node's lock root (--hami-lock-dir; the agent mounts its card's directory under it); HAMi-core opens /tmp/vgpulock/lock itself")
 	fs.StringVar(&o.podUID, "pod-uid", "", "the pod's UID (a new one gives the container a new region)")
 	fs.StringVar(&o.container, "container", "main", "the container's name")
 	fs.StringVar(&o.delivery, "delivery", string(enforce.StrategyCDICRI), "cdi-cri (the agent's default) or envvar")

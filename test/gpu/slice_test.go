@@ -83,7 +83,7 @@ func TestAllocateSlice(t *testing.T) {
 				{dest: enforce.HAMiContainerOverrideEnv, src: filepath.Join(o.root, "regions", enforce.HAMiOverrideEnvName), readOnly: true},
 				{dest: enforce.HAMiContainerPreload, src: filepath.Join(o.root, "regions", enforce.HAMiPreloadName), readOnly: true},
 				{dest: enforce.HAMiContainerCacheDir, src: region},
-				{dest: enforce.HAMiContainerLockDir, src: o.lockDir},
+				{dest: enforce.HAMiContainerLockDir, src: filepath.Join(o.lockDir, o.uuid)}, // one lock directory per card
 				{dest: enforce.HAMiContainerLib, src: filepath.Join(o.libDir, "libvgpu.so"), readOnly: true},
 			}
 			byDest := func(ms []viewMount) map[string]viewMount {
