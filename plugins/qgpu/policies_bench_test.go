@@ -77,13 +77,16 @@ func BenchmarkPolicies(b *testing.B) {
 // benchCluster is a plugin on a sample of the trace's nodes.
 type benchCluster struct {
 	p        *QGPU
+	nodes    []*v1.Node
 	infos    []fwk.NodeInfo
 	arrivals []*v1.Pod
+	// held are the pods place reserved, by node.
+	held map[string][]*v1.Pod
 }
 
 func newBenchCluster(b *testing.B, trace *tracepods.Trace, policy string, size int, every bool) *benchCluster {
 	b.Helper()
-	c := &benchCluster{p: newPlugin(b, &args.QGPUArgs{NodePolicy: policy, CardPolicy: policy})}
+	c := &benchCluster{p: newPlugin(b, &args.QGPUArgs{NodePolicy: policy, CardPolicy: policy}), held: map[string][]*v1.Pod{}}
 	nodes := make([]*v1.Node, 0, size)
 	for i := range size {
 		src := &trace.Nodes[(i*len(trace.Nodes)/min(size, len(trace.Nodes)))%len(trace.Nodes)]
@@ -95,6 +98,7 @@ func newBenchCluster(b *testing.B, trace *tracepods.Trace, policy string, size i
 		c.infos = append(c.infos, nodeInfo(n))
 	}
 	c.p.setNodes(nodes...)
+	c.nodes = nodes
 	rng := rand.New(rand.NewSource(7))
 	order := rng.Perm(len(trace.Pods))
 	held := 0
@@ -139,7 +143,12 @@ func (c *benchCluster) place(b *testing.B, pod *v1.Pod, nodes []*v1.Node) bool {
 			best, bestScore = n.Name, s
 		}
 	}
-	return best != "" && c.p.Reserve(ctx, cs, pod, best).IsSuccess()
+	if best == "" || !c.p.Reserve(ctx, cs, pod, best).IsSuccess() {
+		return false
+	}
+	pod.Spec.NodeName = best
+	c.held[best] = append(c.held[best], pod)
+	return true
 }
 
 // learn replaces the workload the held pods taught by one that counted every
