@@ -112,7 +112,7 @@ race:
 
 # The real-card check (docs/real-card.md): _output/gpu-check, a payload a
 # session lent a GPU carries to it (binaries built here, the CUDA programs'
-# sources, HAMi-core's source from ../shared/thirdparty, run.sh); prints
+# sources, HAMi-core's source from the tarball HAMI_CORE_TARBALL names, run.sh); prints
 # the device call. DRY=1 also checks it here without a GPU (CI): run.sh
 # --dry, the CUDA programs' host code. The Go half's unit tests run in go test.
 gpu-check:

@@ -6,7 +6,7 @@
 #   bin/qgpu-gpucheck   the Go half (./test/gpu), linux/amd64, built here
 #   run.sh              the script the device runs (test/gpu/run.sh)
 #   src/                the CUDA programs it builds there (test/gpu/*.cu)
-#   hami-core/          HAMi-core's source, from ../shared/thirdparty (never
+#   hami-core/          HAMi-core's source, from $HAMI_CORE_TARBALL (never
 #                       committed to this repository; built there with cmake)
 #   MANIFEST            commit, build time, checksums
 #
@@ -28,9 +28,6 @@ if [ "$(uname -m)" != x86_64 ]; then
 	exit 1
 fi
 tarball=${HAMI_CORE_TARBALL:-}
-if [ -z "$tarball" ]; then
-	for f in ../shared/thirdparty/hami-core-*.tar.gz; do [ -f "$f" ] && tarball=$f; done
-fi
 
 rm -rf "$PAYLOAD"
 mkdir -p "$PAYLOAD/bin" "$PAYLOAD/src"
@@ -44,7 +41,7 @@ if [ -n "$tarball" ]; then
 	rev=$(basename "$tarball" .tar.gz)
 	hami="${rev#hami-core-} ($(basename "$tarball"), sha256 $(sha256sum "$tarball" | cut -d' ' -f1))"
 else
-	echo "gpu-check: no ../shared/thirdparty/hami-core-*.tar.gz (or HAMI_CORE_TARBALL): the payload has no HAMi-core" >&2
+	echo "gpu-check: HAMI_CORE_TARBALL names no HAMi-core source tarball: the payload has no HAMi-core (docs/real-card.md)" >&2
 fi
 glibc=$(objdump -T "$PAYLOAD/bin/qgpu-gpucheck" 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1 || true)
 {

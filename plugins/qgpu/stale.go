@@ -44,10 +44,9 @@ type staleKey struct {
 	ref request.ClaimRef
 	// share is the stale allocation's share ID: a newer allocation of
 	// the claim is not taken back.
-	share   types.UID
-	pod     string
-	podUID  types.UID
-	retries int
+	share  types.UID
+	pod    string
+	podUID types.UID
 }
 
 const staleRetries = 5
@@ -76,11 +75,9 @@ func (s *staleClaims) work(ctx context.Context) {
 		switch {
 		case err == nil:
 			s.queue.Forget(k)
-		case k.retries < staleRetries:
+		case s.queue.NumRequeues(k) < staleRetries:
 			klog.FromContext(ctx).V(2).Info("Releasing a qGPU claim a dead cycle left allocated; will retry", "claim", klog.KRef(k.ref.Namespace, k.ref.Name), "err", err)
-			next := k
-			next.retries++
-			s.queue.AddRateLimited(next)
+			s.queue.AddRateLimited(k)
 		default:
 			klog.FromContext(ctx).Error(err, "Releasing a qGPU claim a dead cycle left allocated; the pod's next cycle tries again", "claim", klog.KRef(k.ref.Namespace, k.ref.Name))
 			s.queue.Forget(k)

@@ -57,10 +57,10 @@ type env struct {
 	// dra: a fraction of the random pods ask through ResourceClaims
 	// (claims.go); claimed are their UIDs, claimNames their names (each
 	// pod's claim is named after it).
-	dra        bool
+	dra bool
 	// dropped counts the claims the probe deleted: the cases of the
 	// claims check after it.
-	dropped int
+	dropped    int
 	claimed    map[types.UID]bool
 	claimNames map[string]bool
 	// kubelet holds the kubelet-api-faults run's proxies (kubeletapi.go).

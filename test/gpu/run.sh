@@ -823,7 +823,7 @@ dry() {
 	if [ -f "$HERE/hami-core/src/multiprocess/multiprocess_memory_limit.h" ]; then
 		echo "HAMi-core source: $HERE/hami-core ($(sed -n 's/^hami-core //p' "$HERE/MANIFEST"))"
 	else
-		echo "HAMi-core source: missing (the build step will fail: make gpu-check needs ../shared/thirdparty/hami-core-*.tar.gz)"
+		echo "HAMi-core source: missing (the build step will fail: make gpu-check needs HAMI_CORE_TARBALL, docs/real-card.md)"
 		problems=$((problems + 1))
 	fi
 	"$BIN" >/dev/null 2>&1
