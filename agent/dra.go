@@ -120,7 +120,7 @@ func (c *Config) checkpointPath() string {
 // here: docs/dra.md): the pods informer, the node's backend answering undelivered (the claims'
 // CDI specs deliver it), the kubelet plugin and its read-back, and beside
 // the pods the priority controller and HAMi-core upkeep, which learn the
-// claims' containers from the prepared claims.
+// claims' containers from the prepared claims, and the MPS guard.
 func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net.Addr) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -165,6 +165,9 @@ func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net
 	a.startHAMiUpkeepWith(ctx, nodeCfg, podSource, func() ([]store.Grant, error) {
 		return a.withGrants(func() ([]store.Grant, error) { return dra.ClaimGrants(claims.Prepared()), nil })
 	})
+	// A process on an MPS-shared card that is not a client of its server
+	// bypasses MPS whichever API prepared the card's clients.
+	a.startMPSGuard(ctx, driver, nodeCfg, podSource)
 	a.refreshMetrics()
 	klog.FromContext(ctx).Info("Serving the kubelet as DRA driver", "driver", protocol.DRADriver, "checkpoint", a.cfg.checkpointPath())
 	if a.cfg.Started != nil {

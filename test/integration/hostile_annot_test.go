@@ -116,6 +116,7 @@ func hostileEdits(t *testing.T, c *harness.Cluster, pod *corev1.Pod) {
 		"shrink assignment": fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, protocol.AnnotationAssignment, shrunk),
 		"drop assignment":   fmt.Sprintf(`{"metadata":{"annotations":{%q:null}}}`, protocol.AnnotationAssignment),
 		"forge grant":       fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, protocol.AnnotationGrant, shrunk),
+		"forge suspension":  fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, protocol.AnnotationSuspended, protocol.Suspension{}.Encode()),
 	}
 	for what, patch := range patches {
 		_, err := cs.CoreV1().Pods("default").Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
