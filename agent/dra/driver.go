@@ -127,7 +127,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 		return Prepared{}, err
 	}
 	for _, r := range requests {
-		pr, err := d.edits(claim, r, backend, policy)
+		pr, err := d.edits(ctx, claim, r, backend, policy)
 		if err != nil {
 			return Prepared{}, fmt.Errorf("request %q: %w", r.Name, err)
 		}
@@ -150,7 +150,7 @@ func (d *Driver) prepare(ctx context.Context, claim *resourceapi.ResourceClaim) 
 // edits is what the node's backend hands a container of r's slices, the
 // same as the device plugins' Allocate answers for them, and the cards'
 // devices in the node's CDI specs.
-func (d *Driver) edits(claim *resourceapi.ResourceClaim, r Request, backend enforce.Backend, policy protocol.Policy) (PreparedRequest, error) {
+func (d *Driver) edits(ctx context.Context, claim *resourceapi.ResourceClaim, r Request, backend enforce.Backend, policy protocol.Policy) (PreparedRequest, error) {
 	for _, s := range r.Slices {
 		if err := d.cfg.Grantable(s.UUID); err != nil {
 			return PreparedRequest{}, err
@@ -162,7 +162,8 @@ func (d *Driver) edits(claim *resourceapi.ResourceClaim, r Request, backend enfo
 	}
 	key := requestKey(r.Name)
 	envs, mounts, err := enforce.Edits(backend, enforce.Request{Class: r.Class, Policy: policy, Slices: r.Slices,
-		PodUID: string(claim.UID), Namespace: claim.Namespace, Pod: claim.Name, Container: key, CardSlices: d.cardSlices})
+		PodUID: string(claim.UID), Namespace: claim.Namespace, Pod: claim.Name, Container: key,
+		CardSlices: func(uuid string) ([]protocol.Slice, error) { return d.cardSlices(ctx, uuid) }})
 	if err != nil {
 		return PreparedRequest{}, err
 	}
@@ -170,18 +171,32 @@ func (d *Driver) edits(claim *resourceapi.ResourceClaim, r Request, backend enfo
 		Edits: enforce.CDIEdits(envs, mounts)}, nil
 }
 
-// cardSlices lists the slices the prepared claims hold on card uuid (the
-// mps backend's ceiling, enforce.Request.CardSlices): a claim stays
-// prepared while a pod of the node uses it. Called under d.mu.
-func (d *Driver) cardSlices(uuid string) ([]protocol.Slice, error) {
+// cardSlices lists the slices held on card uuid (the mps backend's
+// ceiling, enforce.Request.CardSlices): the prepared claims' (a claim
+// stays prepared while a pod of the node uses it) and the device
+// plugins' grants of the node's live pods (a node switched to DRA under
+// running pods), as withinCapacity counts them. Called under d.mu.
+func (d *Driver) cardSlices(ctx context.Context, uuid string) ([]protocol.Slice, error) {
 	var out []protocol.Slice
+	on := func(slices []protocol.Slice) {
+		for _, s := range slices {
+			if s.UUID == uuid {
+				out = append(out, s)
+			}
+		}
+	}
 	for _, p := range d.prepared {
 		for _, r := range p.Requests {
-			for _, s := range r.Slices {
-				if s.UUID == uuid {
-					out = append(out, s)
-				}
-			}
+			on(r.Slices)
+		}
+	}
+	if d.cfg.DeviceGrants != nil {
+		grants, err := d.cfg.DeviceGrants(ctx, false)
+		if err != nil {
+			return nil, fmt.Errorf("reading the device plugins' grants on card %s: %w", uuid, err)
+		}
+		for _, g := range grants {
+			on(g.Slices)
 		}
 	}
 	return out, nil

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/agent/store"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 )
 
@@ -280,5 +281,35 @@ func TestPrepareMPSCeilingCountsPreparedClaims(t *testing.T) {
 	got := mps.got[testCards[0].UUID]
 	if len(got) != 2 || got[1] != got[0] {
 		t.Fatalf("ceilings %+v: the small claim's must stay the big one's", got)
+	}
+}
+
+// TestPrepareMPSCeilingCountsDeviceGrants: on a node switched to DRA
+// under running pods, a claim's MPS ceiling counts the device plugins'
+// grants on its card too: a claim smaller than a granted container must
+// not lower the card's ceiling below that container's slice.
+func TestPrepareMPSCeilingCountsDeviceGrants(t *testing.T) {
+	mps := &ceilings{fakeMPS: fakeMPS{root: t.TempDir()}, got: map[string][]enforce.MPSCeiling{}}
+	b, err := enforce.New("mps", enforce.Options{MPS: mps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specs, _ := cdiNode(t)
+	d := newTestDriver(t, specs, filepath.Join(t.TempDir(), "cp.json"), b, protocol.PolicyFixedShare)
+	granted := protocol.Slice{Index: 0, UUID: testCards[0].UUID, MemoryGiB: 6, Cores: 40}
+	d.cfg.DeviceGrants = func(context.Context, bool) ([]store.Grant, error) {
+		return []store.Grant{{PodUID: "pod-uid", Namespace: "ns", Name: "pod", Container: "main", Resource: protocol.ResourceMemory,
+			Class: protocol.ClassGeneral, Slices: []protocol.Slice{granted}}}, nil
+	}
+	want, err := enforce.CeilingOf([]protocol.Slice{granted}, protocol.PolicyFixedShare)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := makeClaim("small", configs(protocol.ClassGeneral), result("gpu", 0, 2, 10))
+	if err := prepareOne(t, d, claim); err != nil {
+		t.Fatalf("prepare: %v", err)
+	}
+	if got := mps.got[testCards[0].UUID]; len(got) != 1 || got[0] != want {
+		t.Fatalf("ceilings %+v, want the granted container's %+v", got, want)
 	}
 }
