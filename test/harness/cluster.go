@@ -119,7 +119,7 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 	if err := c.WriteKubeconfig(c.Kubeconfig); err != nil {
 		return nil, err
 	}
-	schedKC, agentKC, err := c.componentCredentials(ctx, opts.RBAC, opts.Admission)
+	schedKC, agentKC, err := c.componentCredentials(ctx, opts.RBAC, opts.Admission, slices.ContainsFunc(opts.Nodes, func(n NodeSpec) bool { return n.DRA }))
 	if err != nil {
 		return nil, err
 	}
@@ -134,10 +134,11 @@ func StartCluster(ctx context.Context, opts ClusterOptions) (_ *Cluster, err err
 
 // componentCredentials writes the scheduler's and the agent's kubeconfigs:
 // with RBAC, tokens of the manifests' ServiceAccounts bound to the
-// manifests' rules and the agent's own-node policy (applied here), and ""
+// manifests' rules and the agent's own-node policy (applied here; with DRA
+// nodes also the DRA component's rules and ResourceSlice policy), and ""
 // for the agent: each node's agent gets a token of its own (agentKubeconfig);
 // otherwise the admin kubeconfig.
-func (c *Cluster) componentCredentials(ctx context.Context, rbac, admission bool) (scheduler, agent string, err error) {
+func (c *Cluster) componentCredentials(ctx context.Context, rbac, admission, dra bool) (scheduler, agent string, err error) {
 	if admission && !rbac {
 		return "", "", errors.New("ClusterOptions.Admission needs RBAC: the policies name the components' ServiceAccounts")
 	}
@@ -145,6 +146,9 @@ func (c *Cluster) componentCredentials(ctx context.Context, rbac, admission bool
 	files := []string{"manifests/namespace.yaml"}
 	if rbac {
 		files = append(files, "manifests/scheduler/rbac.yaml", "manifests/agent/rbac.yaml", "manifests/agent/own-node-policy.yaml")
+		if dra {
+			files = append(files, "manifests/overlays/dra/rbac.yaml", "manifests/overlays/dra/resourceslice-policy.yaml")
+		}
 	}
 	if admission {
 		files = append(files, "manifests/admission")
@@ -240,6 +244,9 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 		if err := os.MkdirAll(root, 0o755); err != nil {
 			return fmt.Errorf("creating node dir: %w", err)
 		}
+		if err := spec.writeCardSpec(root); err != nil {
+			return err
+		}
 		kubeconfig := filepath.Join(root, "kubeconfig")
 		if err := c.KubeconfigForUser(kubeconfig, "system:node:"+spec.Name, "system:nodes"); err != nil {
 			return err
@@ -257,14 +264,15 @@ func (c *Cluster) startNodes(ctx context.Context, opts ClusterOptions, agentKube
 			"--kubeconfig=" + agentKubeconfig,
 			// The hollow kubelet's PodResources API, for the reconciler.
 			"--pod-resources-socket=" + filepath.Join(root, "kubelet", "pod-resources", "kubelet.sock"),
-		}, append(spec.simArgs(root), opts.AgentArgs...)...)
+		}, append(append(spec.simArgs(root), spec.draAgentArgs(root)...), opts.AgentArgs...)...)
 		if opts.AgentArgsFor != nil {
 			args = append(args, opts.AgentArgsFor(spec, root)...)
 		}
 		// The node must outlive ctx, which bounds the start only.
 		n, err := StartHollowNode(context.WithoutCancel(ctx), HollowNodeOptions{
 			Name: spec.Name, Kubeconfig: kubeconfig, RootDir: root, Labels: spec.labels(),
-			AgentCmd: spec.agentBinary(agentBin, simBin), AgentArgs: args, ExtraArgs: opts.NodeArgs,
+			AgentCmd: spec.agentBinary(agentBin, simBin), AgentArgs: args,
+			ExtraArgs: append(spec.draNodeArgs(root), opts.NodeArgs...),
 		})
 		if err != nil {
 			return err
@@ -295,6 +303,9 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 				last = err.Error()
 				return false, nil
 			}
+			if n.Spec.DRA {
+				return c.servesClaims(ctx, n.Name, len(inv.Cards), &last)
+			}
 			last = fmt.Sprintf("%d cards in the inventory, allocatable %s %s", len(inv.Cards), protocol.ResourceCore, core.String())
 			return core.Value() == int64(len(inv.Cards)*protocol.CoresPerCard), nil
 		})
@@ -307,6 +318,27 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// servesClaims reports whether a DRA node's agent published its cards:
+// a ResourceSlice of the driver in the pool named after the node with one
+// device per card of its inventory (the scheduler places claims on such
+// nodes only). last says what was seen.
+func (c *Cluster) servesClaims(ctx context.Context, node string, cards int, last *string) (bool, error) {
+	slices, err := c.Client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{
+		FieldSelector: "spec.nodeName=" + node + ",spec.driver=" + protocol.DRADriver})
+	if err != nil {
+		*last = err.Error()
+		return false, nil
+	}
+	devices := 0
+	for _, s := range slices.Items {
+		if s.Spec.Pool.Name == node {
+			devices += len(s.Spec.Devices)
+		}
+	}
+	*last = fmt.Sprintf("%d cards in the inventory, %d devices in ResourceSlices of %s", cards, devices, protocol.DRADriver)
+	return cards > 0 && devices == cards, nil
 }
 
 // exited returns an error if the scheduler or a node has ended.

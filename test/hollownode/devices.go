@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 
 	v1 "k8s.io/api/core/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/kubernetes/pkg/kubelet/cm/admission"
 	"k8s.io/kubernetes/pkg/kubelet/cm/containermap"
 	"k8s.io/kubernetes/pkg/kubelet/cm/devicemanager"
+	kubeletdra "k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	"k8s.io/kubernetes/pkg/kubelet/cm/topologymanager"
 	"k8s.io/kubernetes/pkg/kubelet/config"
 	kubecontainer "k8s.io/kubernetes/pkg/kubelet/container"
@@ -39,6 +41,11 @@ type deviceContainerManager struct {
 	// deviceEnvs keeps what GetResources handed out per pod UID and
 	// container name, for the recording runtime.
 	deviceEnvs map[string][]kubecontainer.EnvVar
+	// claims is the kubelet's DRA manager (--dra; nil without), and
+	// cdiDirs the agent's CDI spec directories its claims' devices are
+	// resolved from (dra.go).
+	claims  *kubeletdra.Manager
+	cdiDirs []string
 }
 
 type startArgs struct {
@@ -48,7 +55,7 @@ type startArgs struct {
 
 var _ cm.ContainerManager = &deviceContainerManager{}
 
-func newDeviceContainerManager(onStarted func()) (*deviceContainerManager, error) {
+func newDeviceContainerManager(onStarted func(), claims *kubeletdra.Manager, cdiDirs []string) (*deviceContainerManager, error) {
 	dm, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
 	if err != nil {
 		return nil, fmt.Errorf("creating device manager: %w", err)
@@ -58,6 +65,8 @@ func newDeviceContainerManager(onStarted func()) (*deviceContainerManager, error
 		onStarted:        onStarted,
 		dm:               dm,
 		deviceEnvs:       map[string][]kubecontainer.EnvVar{},
+		claims:           claims,
+		cdiDirs:          cdiDirs,
 	}, nil
 }
 
@@ -79,6 +88,11 @@ func (m *deviceContainerManager) Start(ctx context.Context, node *v1.Node, activ
 	m.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if m.claims != nil {
+		if err := m.claims.Start(ctx, kubeletdra.ActivePodsFunc(activePods), kubeletdra.GetNodeFunc(getNode), sourcesReady); err != nil {
+			return fmt.Errorf("starting the kubelet's DRA manager: %w", err)
+		}
 	}
 	if m.onStarted != nil {
 		m.onStarted()
@@ -176,6 +190,26 @@ func (m *deviceContainerManager) GetResources(ctx context.Context, pod *v1.Pod, 
 		opts.Envs = append(opts.Envs, devOpts.Envs...)
 		opts.Annotations = append(opts.Annotations, devOpts.Annotations...)
 		opts.CDIDevices = append(opts.CDIDevices, devOpts.CDIDevices...)
+	}
+	// A claimed container: the CDI devices of its prepared claims, and
+	// for the recorder the environment their specs set.
+	names, err := m.claimDevices(pod, container)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		opts.CDIDevices = append(opts.CDIDevices, kubecontainer.CDIDevice{Name: n})
+	}
+	envs, unresolved, err := cdiEnvs(m.cdiDirs, names)
+	if err != nil {
+		return nil, err
+	}
+	if len(unresolved) > 0 {
+		klog.V(2).InfoS("CDI devices defined by no spec of the agent's", "pod", klog.KObj(pod), "container", container.Name, "devices", unresolved)
+	}
+	for _, e := range envs {
+		k, v, _ := strings.Cut(e, "=")
+		opts.Envs = append(opts.Envs, kubecontainer.EnvVar{Name: k, Value: v})
 	}
 	m.mu.Lock()
 	m.deviceEnvs[envKey(string(pod.UID), container.Name)] = opts.Envs

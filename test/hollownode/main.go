@@ -2,7 +2,8 @@
 // CRI runtime) whose container manager holds a real kubelet device manager,
 // so device plugins (the qGPU agent) register over kubelet.sock, feed node
 // capacity through ListAndWatch and get Allocate calls from kubelet
-// admission. See docs/design.md#what-the-tests-run-for-real and test/harness.
+// admission; with --dra also the kubelet's DRA manager, so a DRA kubelet
+// plugin prepares the node's claims (dra.go). See docs/design.md#what-the-tests-run-for-real and test/harness.
 //
 // Signals: SIGHUP restarts the device manager (new kubelet.sock, plugins
 // must register again); SIGUSR1 kills the agent (SIGKILL) and starts it
@@ -33,6 +34,10 @@ type options struct {
 	agentArgs    []string
 	statusPeriod time.Duration
 	leaseSeconds int
+	// dra runs the kubelet's DRA manager; cdiDirs are the agent's CDI spec
+	// directories (dra.go).
+	dra     bool
+	cdiDirs []string
 }
 
 // stringList is a repeatable flag.
@@ -60,6 +65,8 @@ func parseFlags(args []string) (*options, error) {
 		"how often the kubelet checks node status; short so that device capacity shows up fast")
 	fs.IntVar(&o.leaseSeconds, "node-lease-duration-seconds", 40,
 		"the kubelet's node Lease duration; it renews the Lease every quarter of it (test/chaos watches the renewals as the kubelet's heartbeat)")
+	fs.BoolVar(&o.dra, "dra", false, "run the kubelet's DRA manager: DRA kubelet plugins (the agent with --kubelet-api=dra) register in <root-dir>/kubelet/plugins_registry and prepare the claims of the node's pods")
+	fs.Var((*stringList)(&o.cdiDirs), "cdi-spec-dir", "a directory of the agent's CDI specs: the environment the claims' CDI devices set is recorded with the device plugins' (repeatable; --dra)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

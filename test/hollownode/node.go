@@ -20,6 +20,7 @@ import (
 	kubeletapp "k8s.io/kubernetes/cmd/kubelet/app"
 	kubeletoptions "k8s.io/kubernetes/cmd/kubelet/app/options"
 	cadvisortest "k8s.io/kubernetes/pkg/kubelet/cadvisor/testing"
+	kubeletdra "k8s.io/kubernetes/pkg/kubelet/cm/dra"
 	"k8s.io/kubernetes/pkg/kubemark"
 )
 
@@ -41,8 +42,18 @@ func run(o *options) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGUSR1)
 
+	client, heartbeat, err := newClients(o.kubeconfig, o.statusPeriod)
+	if err != nil {
+		return err
+	}
 	agents := &agentRunner{o: o}
-	devices, err := newDeviceContainerManager(agents.start)
+	var claims *kubeletdra.Manager
+	if o.dra {
+		if claims, err = newClaimManager(client, filepath.Join(o.rootDir, "kubelet")); err != nil {
+			return err
+		}
+	}
+	devices, err := newDeviceContainerManager(agents.start, claims, o.cdiDirs)
 	if err != nil {
 		return err
 	}
@@ -51,10 +62,6 @@ func run(o *options) error {
 		return err
 	}
 	defer fakeRuntime.Stop()
-	client, heartbeat, err := newClients(o.kubeconfig, o.statusPeriod)
-	if err != nil {
-		return err
-	}
 	flags, config, err := kubeletConfig(o)
 	if err != nil {
 		return err
