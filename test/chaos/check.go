@@ -36,9 +36,12 @@ const probeNS = "chaos-probe"
 // every running container was given what its grant says and no card more
 // than it has (checkDelivered), (8) no component failed unexpectedly
 // (the watchdog), and (9) no claim stays allocated by qGPU for a pod that
-// is gone or not bound (checkClaimsReleased). Pods that ask through
-// ResourceClaims are left out of (3), (4), (6) and (7): the node side of
-// DRA does not run here (claims.go); (1) compares them with their claims.
+// is gone or not bound (checkClaimsReleased), and (10) the DRA nodes
+// prepared every running claimed pod's claim as assigned, unprepared the
+// others' and hold no card over its memory (checkPrepared). Pods that ask
+// through ResourceClaims have no grant: (3), (4) and (6) leave them out,
+// (7) compares their containers with their assignments, (1) their
+// assignments with their claims.
 func (e *env) finish(ctx context.Context) int {
 	e.obs.settle(ctx, settleQuiet, settleLimit)
 	n := e.diagnoseUngranted(ctx)
@@ -48,6 +51,7 @@ func (e *env) finish(ctx context.Context) int {
 	n += e.checkCluster(ctx, "after the faults")
 	n += e.checkClaimsReleased(ctx, "after the faults")
 	n += e.checkDelivered(ctx)
+	n += e.checkPrepared(ctx)
 	n += e.probe(ctx)
 	n += e.checkCluster(ctx, "after the probe")
 	n += e.checkClaimsReleased(ctx, "after the probe")
@@ -194,19 +198,31 @@ func (e *env) probe(ctx context.Context) int {
 		fmt.Printf("probe: %v\n", err)
 		return 1
 	}
-	cards, gib := 0, int64(1<<20)
+	cards, claimed, gib := 0, 0, int64(1<<20)
 	for _, n := range c.Nodes {
 		for _, card := range n.Cards {
 			if card.Healthy {
 				cards++
 				gib = min(gib, card.MemoryGiB)
+				if node := e.c.Node(n.Name); node != nil && node.Spec.DRA {
+					claimed++
+				}
 			}
 		}
 	}
 	_, _ = e.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: probeNS}}, metav1.CreateOptions{})
+	// The DRA nodes' cards are asked for through claims, the others'
+	// through the extended resources.
 	for i := range cards {
 		p := builders.GPUPod(fmt.Sprintf("whole-%02d", i)).Namespace(probeNS).General("c", gib, protocol.CoresPerCard).Obj()
 		p.UID = ""
+		if i < claimed {
+			p = probeClaimPod(p.Name, gib)
+			if _, err := e.cs.ResourceV1().ResourceClaims(probeNS).Create(ctx, probeClaim(p.Name, gib), metav1.CreateOptions{}); err != nil {
+				fmt.Printf("probe: %v\n", err)
+				return 1
+			}
+		}
 		if _, err := e.cs.CoreV1().Pods(probeNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			fmt.Printf("probe: %v\n", err)
 			return 1
@@ -218,7 +234,7 @@ func (e *env) probe(ctx context.Context) int {
 			break
 		}
 	}
-	fmt.Printf("probe: %d of %d whole-card pods (%d GiB) bound on emptied cards\n", got, cards, gib)
+	fmt.Printf("probe: %d of %d whole-card pods (%d GiB; %d through claims) bound on emptied cards\n", got, cards, gib, claimed)
 	if got < cards {
 		fmt.Printf("  VIOLATION LeakedSlice scheduler: %d cards stay taken with every chaos pod deleted\n", cards-got)
 		return cards - got

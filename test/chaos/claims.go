@@ -23,10 +23,11 @@ import (
 // slice through a ResourceClaim of a qGPU DeviceClass instead of the
 // extended resources. The scheduler allocates the claim in PreBind, before
 // Bind, so a kill, a lost lease or a failed binding can leave a claim
-// allocated for a pod that is not bound. Only the scheduler side of DRA
-// runs here: the hollow kubelets' container manager prepares no claims
-// (kubemark's stub), and no agent serves the driver gpu.qgpu.io, so a
-// claimed pod's containers run with no device and the agents never grant it.
+// allocated for a pod that is not bound. These runs add two DRA nodes
+// (chaosNodes), where the claimed pods go: their hollow kubelets run the
+// kubelet's DRA manager and their agents serve the driver gpu.qgpu.io, so
+// the kubelet has each claim prepared when its pod starts and unprepared
+// when it ends (checkPrepared judges the result).
 
 // draRuns are the runs whose random pods include claimed pods.
 var draRuns = map[string]bool{"scheduler-kill": true, "leader-election": true, "bind-failures": true}
@@ -169,4 +170,24 @@ func allocationString(c *resourceapi.ResourceClaim) string {
 		reserved = append(reserved, r.Name+" "+string(r.UID))
 	}
 	return fmt.Sprintf("%sreserved for %v", s, reserved)
+}
+
+// probeClaim is a whole card of gib GiB asked through a claim of the
+// general class in the probe's namespace; probeClaimPod is the pod using it.
+func probeClaim(name string, gib int64) *resourceapi.ResourceClaim {
+	c := newClaim(name, protocol.ClassGeneral, gib, protocol.CoresPerCard)
+	c.Namespace = probeNS
+	return c
+}
+
+func probeClaimPod(name string, gib int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: probeNS, Name: name},
+		Spec: corev1.PodSpec{
+			SchedulerName:  protocol.SchedulerName,
+			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
+			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+		},
+	}
 }

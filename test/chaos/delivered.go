@@ -19,9 +19,10 @@ import (
 // checkDelivered judges what the containers really got, not what anyone
 // recorded: the hollow kubelet writes the environment the agent's Allocate
 // answers gave each container it created (test/hollownode's recorder;
-// NVIDIA_VISIBLE_DEVICES, QGPU_MEMORY_GIB, QGPU_CORES of the env backend).
-// For every running qGPU pod each container's environment must name the
-// cards and amounts of its grant (else the grant hides what the container
+// NVIDIA_VISIBLE_DEVICES, QGPU_MEMORY_GIB, QGPU_CORES of the env backend;
+// on a DRA node what the CDI devices of the container's prepared claims
+// set). For every running qGPU pod each container's environment must name
+// the cards and amounts of its grant, a claimed pod's its assignment (else the grant hides what the container
 // runs on), and on every card the memory the running containers were given
 // must fit (one slice, one container: a slice answered to two containers
 // shows here even when every record looks right).
@@ -47,11 +48,17 @@ func (e *env) checkDelivered(ctx context.Context) int {
 			continue
 		}
 		phases[string(p.Status.Phase)]++
-		if p.Status.Phase != corev1.PodRunning || len(p.Spec.ResourceClaims) > 0 {
-			continue // claimed pods: the node side of DRA does not run here (claims.go)
+		if p.Status.Phase != corev1.PodRunning {
+			continue
 		}
 		grant, _ := protocol.DecodeAssignment([]byte(p.Annotations[protocol.AnnotationGrant]))
 		assigned, _ := protocol.DecodeAssignment([]byte(p.Annotations[protocol.AnnotationAssignment]))
+		if len(p.Spec.ResourceClaims) > 0 {
+			// A claimed pod has no grant: its node prepared the claim's
+			// allocation, which the cluster check compares with the
+			// assignment, and the claim's CDI devices deliver it.
+			grant = assigned
+		}
 		for _, c := range p.Spec.Containers {
 			got, err := node.ContainerEnv(p.Namespace, p.Name, c.Name)
 			if problem := nothingDelivered(assigned, c.Name, got, err); problem != "" {

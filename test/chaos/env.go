@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -86,7 +87,7 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 	if err != nil {
 		return nil, err
 	}
-	if err := socketPathsFit(dir); err != nil {
+	if err := socketPathsFit(dir, chaosNodes(draRuns[name])); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -98,8 +99,12 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 		refused: map[types.UID]string{}, dra: draRuns[name], claimed: map[types.UID]bool{}, claimNames: map[string]bool{}}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	nodes, err := harness.ParseNodes(chaosNodes(e.dra))
+	if err != nil {
+		return nil, err
+	}
 	copts := harness.ClusterOptions{
-		RBAC: true, Profile: profile, Dir: dir,
+		RBAC: true, Profile: profile, Dir: dir, Nodes: nodes,
 		AgentArgs: []string{"--reconcile-interval=1s", "--health-interval=300ms", "--fake-health-file=" + e.health},
 		NodeArgs:  []string{fmt.Sprintf("--node-lease-duration-seconds=%d", leaseSeconds)},
 	}
@@ -183,24 +188,44 @@ func (e *env) seePod(obj any) {
 	}
 }
 
-// socketPathsFit fails when a node's PodResources socket under dir would
-// be longer than a unix socket path may be: the kubelet still listens,
-// but no client can connect, and every agent call fails.
-func socketPathsFit(dir string) error {
+// socketPathsFit fails when a node's PodResources socket (or, on a DRA
+// node, the DRA plugin's sockets) under dir would be longer than a unix
+// socket path may be: the kubelet still listens, but no client can
+// connect, and every agent call fails.
+func socketPathsFit(dir, nodes string) error {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return err
 	}
-	specs, err := harness.ParseNodes(harness.DefaultNodes)
+	specs, err := harness.ParseNodes(nodes)
 	if err != nil {
 		return err
 	}
 	for _, s := range specs {
-		if p := podResourcesSocket(filepath.Join(abs, "nodes", s.Name)); len(p) > maxSocketPath {
-			return fmt.Errorf("%s is %d bytes, more than a unix socket path may be (%d): keep the runs in a shorter directory (-keep)", p, len(p), maxSocketPath)
+		root := filepath.Join(abs, "nodes", s.Name)
+		paths := []string{podResourcesSocket(root)}
+		if s.DRA {
+			paths = append(paths, filepath.Join(root, "kubelet", "plugins", protocol.DRADriver, "dra.sock"),
+				filepath.Join(root, "kubelet", "plugins_registry", protocol.DRADriver+"-reg.sock"))
+		}
+		for _, p := range paths {
+			if len(p) > maxSocketPath {
+				return fmt.Errorf("%s is %d bytes, more than a unix socket path may be (%d): keep the runs in a shorter directory (-keep)", p, len(p), maxSocketPath)
+			}
 		}
 	}
 	return nil
+}
+
+// chaosNodes are a run's nodes: harness.DefaultNodes, and in the runs with
+// claimed pods two DRA nodes (harness NodeSpec.DRA), a plain one and a
+// mixed one, whose agents serve the claims as DRA kubelet plugins and
+// whose hollow kubelets prepare them (claims.go).
+func chaosNodes(dra bool) string {
+	if !dra {
+		return harness.DefaultNodes
+	}
+	return harness.DefaultNodes + ",dra-0:2xT4:dra,dra-mixed-0:2xV100:mixed:dra"
 }
 
 // maxSocketPath is the longest unix socket path Go can dial on Linux

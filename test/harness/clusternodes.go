@@ -37,7 +37,7 @@ const DefaultNodes = "t4-0:2xT4,v100-mixed-0:2xV100:mixed,a100-0:4xA100"
 var nodeNameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 
 // ParseNodes reads a node list such as "t4:2xT4,v100:2xV100:mixed":
-// comma-separated entries "[<n>*]<name>:<cards>[:mixed|:dra]", where <cards> is a
+// comma-separated entries "[<n>*]<name>:<cards>[:mixed][:dra]", where <cards> is a
 // --fake-cards spec with "+" between card groups ("1xA100+1xT4"), and
 // "3*t4:2xT4" stands for the nodes t4-0, t4-1 and t4-2.
 func ParseNodes(spec string) ([]NodeSpec, error) {
@@ -61,8 +61,8 @@ func ParseNodes(spec string) ([]NodeSpec, error) {
 
 func parseNodeEntry(entry string) ([]NodeSpec, error) {
 	parts := strings.Split(entry, ":")
-	if len(parts) < 2 || len(parts) > 3 {
-		return nil, fmt.Errorf(`want "[<n>*]<name>:<cards>[:mixed|:dra]"`)
+	if len(parts) < 2 || len(parts) > 4 {
+		return nil, fmt.Errorf(`want "[<n>*]<name>:<cards>[:mixed][:dra]"`)
 	}
 	count, name := 1, parts[0]
 	if c, n, ok := strings.Cut(name, "*"); ok {
@@ -82,14 +82,14 @@ func parseNodeEntry(entry string) ([]NodeSpec, error) {
 		return nil, fmt.Errorf("no cards")
 	}
 	spec := NodeSpec{Name: name, Cards: cards}
-	if len(parts) == 3 {
-		switch parts[2] {
-		case "mixed":
+	for _, opt := range parts[2:] {
+		switch {
+		case opt == "mixed" && !spec.Mixed:
 			spec.Mixed = true
-		case "dra":
+		case opt == "dra" && !spec.DRA:
 			spec.DRA = true
 		default:
-			return nil, fmt.Errorf("node option %q: want \"mixed\" or \"dra\"", parts[2])
+			return nil, fmt.Errorf("node option %q: want \"mixed\" or \"dra\", each at most once", opt)
 		}
 	}
 	if count == 1 {
