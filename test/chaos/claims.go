@@ -19,18 +19,15 @@ import (
 )
 
 // DRA pods (docs/dra.md, docs/reliability.md#dra-pods-in-the-chaos-runs):
-// in the runs draRuns names, one random pod in claimEvery asks for its
+// in every run, one random pod in claimEvery asks for its
 // slice through a ResourceClaim of a qGPU DeviceClass instead of the
 // extended resources. The scheduler allocates the claim in PreBind, before
 // Bind, so a kill, a lost lease or a failed binding can leave a claim
-// allocated for a pod that is not bound. These runs add two DRA nodes
+// allocated for a pod that is not bound. The runs add two DRA nodes
 // (chaosNodes), where the claimed pods go: their hollow kubelets run the
 // kubelet's DRA manager and their agents serve the driver gpu.qgpu.io, so
 // the kubelet has each claim prepared when its pod starts and unprepared
 // when it ends (checkPrepared judges the result).
-
-// draRuns are the runs whose random pods include claimed pods.
-var draRuns = map[string]bool{"scheduler-kill": true, "leader-election": true, "bind-failures": true}
 
 // claimEvery: one random pod in claimEvery asks through a claim.
 const claimEvery = 4

@@ -87,7 +87,7 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 	if err != nil {
 		return nil, err
 	}
-	if err := socketPathsFit(dir, chaosNodes(draRuns[name])); err != nil {
+	if err := socketPathsFit(dir, chaosNodes(true)); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -96,7 +96,7 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 		return nil, err
 	}
 	e := &env{o: o, name: name, rng: rand.New(rand.NewSource(seed)), health: filepath.Join(dir, "unhealthy"), bound: map[types.UID]bool{},
-		refused: map[types.UID]string{}, dra: draRuns[name], claimed: map[types.UID]bool{}, claimNames: map[string]bool{}}
+		refused: map[types.UID]string{}, dra: true, claimed: map[types.UID]bool{}, claimNames: map[string]bool{}}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	nodes, err := harness.ParseNodes(chaosNodes(e.dra))
@@ -217,10 +217,11 @@ func socketPathsFit(dir, nodes string) error {
 	return nil
 }
 
-// chaosNodes are a run's nodes: harness.DefaultNodes, and in the runs with
-// claimed pods two DRA nodes (harness NodeSpec.DRA), a plain one and a
-// mixed one, whose agents serve the claims as DRA kubelet plugins and
-// whose hollow kubelets prepare them (claims.go).
+// chaosNodes are a run's nodes: harness.DefaultNodes, and with claimed
+// pods (every run; false is for tests) two DRA nodes (harness
+// NodeSpec.DRA), a plain one and a mixed one, whose agents serve the
+// claims as DRA kubelet plugins and whose hollow kubelets prepare them
+// (claims.go).
 func chaosNodes(dra bool) string {
 	if !dra {
 		return harness.DefaultNodes

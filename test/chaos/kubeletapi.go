@@ -69,7 +69,10 @@ func prepareKubeletAPIFaults(e *env, c *harness.ClusterOptions) error {
 		k.lists, k.allocs, k.sockets = append(k.lists, lists), append(k.allocs, allocs), append(k.sockets, kubelet)
 	}
 	e.kubelet = k
-	c.AgentArgsFor = func(_ harness.NodeSpec, root string) []string {
+	c.AgentArgsFor = func(spec harness.NodeSpec, root string) []string {
+		if spec.DRA {
+			return nil // a DRA plugin: no device plugins, no PodResources reconciler
+		}
 		return []string{
 			"--pod-resources-socket=" + filepath.Join(root, proxyDirectory, "pr.sock"),
 			"--device-plugin-dir=" + filepath.Join(root, proxyDirectory, "dp"),
