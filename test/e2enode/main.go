@@ -130,6 +130,11 @@ func main() {
 		fmt.Println("e2e-node dra: the DRA leg did not run")
 		res.dra = &draResult{failures: 1}
 	}
+	if res.dra.claims < draMinClaims || res.dra.rejections < draMinRejections {
+		fmt.Printf("FAIL dra: %d claims checked, %d rejections as expected: want at least %d and %d (a check that did not run is not a pass)\n",
+			res.dra.claims, res.dra.rejections, draMinClaims, draMinRejections)
+		res.dra.failures++
+	}
 	fmt.Printf("e2e-node dra: %d claims checked, %d rejections as expected, %d failures\n", res.dra.claims, res.dra.rejections, res.dra.failures)
 	res.failures += res.dra.failures
 	fmt.Printf("e2e-node: %d containers checked, %d rejections as expected, %d failures\n", res.containers, res.rejections, res.failures)
