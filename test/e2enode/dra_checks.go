@@ -54,7 +54,8 @@ func (c *draChecker) fail(format string, args ...any) {
 // one card; an online and an offline claim on a card of their own, which a
 // general claim does not join; claims that must stay unallocated; the
 // agent restarted under running claims; the pods deleted and their claims
-// unprepared.
+// unprepared; then each backend in turn, a shared claim, and another
+// driver's claim (dra_backends.go).
 func (c *draChecker) run() {
 	c.prepared = map[string]types.UID{}
 	c.backend = "env"
