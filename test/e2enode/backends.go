@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -185,19 +186,29 @@ func escapeLine(node, backend string, t verify.Tally) int {
 	return 0
 }
 
-// backendProblems is the verdict on one probe's output.
+// backendProblems is the verdict on one probe's output (the probe pods
+// hold 20 cores).
 func backendProblems(backend string, p *corev1.Pod, lines []verify.Line) []string {
-	problems := verify.Container(p, "probe", lines, DeviceRoot)
+	return append(verify.Container(p, "probe", lines, DeviceRoot), deliveryProblems(backend, p, lines, 20)...)
+}
+
+// deliveryProblems is the verdict on what the backend itself delivered to
+// a one-card probe of cores under policy fixed-share, beside its card and
+// the QGPU_* variables (verify.Container): nothing more for env;
+// HAMi-core's library, preload, region and per-card lock directories and
+// limits; MPS's read-only pipe directory, the card's shared memory, the
+// pinned memory limit and the thread percentage. The device-plugin leg's
+// probes and the DRA leg's claims (dra_backends.go) share it.
+func deliveryProblems(backend string, p *corev1.Pod, lines []verify.Line, cores int64) []string {
+	c := strconv.FormatInt(cores, 10)
 	switch backend {
 	case "hami-core":
-		problems = append(problems, verify.HAMiCore(p, "probe", lines, true)...)
-		problems = append(problems, verify.Env(lines, map[string]string{"CUDA_DEVICE_SM_LIMIT": "20", "CUDA_DEVICE_SM_LIMIT_0": "20",
-			"CUDA_DEVICE_SM_LIMIT_15": "20", "GPU_CORE_UTILIZATION_POLICY": "force"})...)
+		return append(verify.HAMiCore(p, "probe", lines, true), verify.Env(lines, map[string]string{"CUDA_DEVICE_SM_LIMIT": c, "CUDA_DEVICE_SM_LIMIT_0": c,
+			"CUDA_DEVICE_SM_LIMIT_15": c, "GPU_CORE_UTILIZATION_POLICY": "force"})...)
 	case "mps":
-		problems = append(problems, verify.MPS(p, "probe", lines)...)
-		problems = append(problems, verify.Env(lines, map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "20"})...)
+		return append(verify.MPS(p, "probe", lines), verify.Env(lines, map[string]string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": c})...)
 	}
-	return problems
+	return nil
 }
 
 // runBackendPod creates the probe pod and returns it with its output. The

@@ -95,6 +95,10 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 			res.dra = &d
 		}()
 	}
+	if o.draOnly {
+		stepLog(start, "--dra-only: the examples, the device-plugin backends and the runtime controls are skipped")
+		return res, nil
+	}
 	ex, err := checkExamples(ctx, start, cp, examples, nodes)
 	res.add(ex)
 	if err != nil {

@@ -106,6 +106,17 @@ func applyDRA(ctx context.Context, o options, root string, cp *harness.ControlPl
 	return nil
 }
 
+// The fewest claims and rejections a DRA leg that ran whole counts: six
+// claims under the default env backend, three per backend phase, the
+// shared claim's two consumers (17), and five rejections (too big, a
+// general claim kept off the online/offline card, the default scheduler,
+// and the two of the test driver's claims). Fewer is a failure, so that a
+// check skipped without a failure of its own does not pass.
+const (
+	draMinClaims     = 17
+	draMinRejections = 5
+)
+
 // draResult counts what the DRA leg checked.
 type draResult struct {
 	claims, rejections, failures int

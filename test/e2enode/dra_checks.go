@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -31,6 +32,9 @@ type draChecker struct {
 	res   draResult
 	// prepared are the claims the agent prepared, by pod name.
 	prepared map[string]types.UID
+	// backend is the node's enforcement backend now (env until the
+	// backend phases relabel it): checkClaimPod checks its delivery.
+	backend string
 }
 
 func (c *draChecker) logf(format string, args ...any) {
@@ -50,9 +54,11 @@ func (c *draChecker) fail(format string, args ...any) {
 // one card; an online and an offline claim on a card of their own, which a
 // general claim does not join; claims that must stay unallocated; the
 // agent restarted under running claims; the pods deleted and their claims
-// unprepared.
+// unprepared; then each backend in turn, a shared claim, and another
+// driver's claim (dra_backends.go).
 func (c *draChecker) run() {
 	c.prepared = map[string]types.UID{}
+	c.backend = "env"
 	c.logf("checks on %s begin", c.n.name)
 	if !c.checkSlice() {
 		return
@@ -75,10 +81,10 @@ func (c *draChecker) run() {
 	// Card mixedCard has 10 GiB free, the general card 2: a general claim
 	// of 4 GiB fits only by joining the online/offline card.
 	if c.createPod("dra-general-join", "slice", true, protocol.SchedulerName) {
-		c.checkUnallocated("dra-general-join", "a general claim the online/offline card does not take", "")
+		c.checkUnallocated("dra-general-join", "a general claim the online/offline card does not take", placement.ReasonCardsFull)
 	}
 	if tooBig {
-		c.checkUnallocated("dra-too-big", "a claim of 15 GiB on 14 GiB cards", "")
+		c.checkUnallocated("dra-too-big", "a claim of 15 GiB on 14 GiB cards", placement.ReasonCardsFull)
 	}
 	if byDefault {
 		c.checkUnallocated("dra-default-scheduler", "a qGPU claim of a default-scheduler pod", "devices of driver gpu.qgpu.io are allocated by qgpu-scheduler only")
@@ -89,6 +95,24 @@ func (c *draChecker) run() {
 	c.restartAgent("dra-online", "dra-offline")
 	c.checkRunning(protocol.ClassGeneral, 1, 10, "dra-after-restart")
 	c.checkUnprepared()
+	// Each backend in turn on the emptied node (dra_backends.go), a
+	// claim shared by two pods under hami-core, and a claim of another
+	// driver beside a qGPU claim.
+	for _, backend := range []string{"env", "hami-core", "mps"} {
+		if !c.checkBackend(backend) {
+			continue
+		}
+		if backend == "hami-core" {
+			c.checkSharedClaim()
+		}
+		c.checkUnprepared()
+	}
+	// Off mps again: the MPS control daemon leaves the node (the
+	// device-plugin leg waits for that DaemonSet's pods).
+	if err := labelNode(c.ctx, c.cp, c.n.name, map[string]string{protocol.LabelEnforcement: "env"}); err != nil {
+		c.fail("labelling %s env: %v", c.n.name, err)
+	}
+	c.checkOtherDriver()
 	c.logf("checks on %s done", c.n.name)
 }
 
@@ -160,26 +184,54 @@ func (c *draChecker) checkRunning(class protocol.Class, memoryGiB, cores int64, 
 // createPod creates a probe pod with one claim from template, scheduled
 // by scheduler; pending marks the pods that must stay unallocated.
 func (c *draChecker) createPod(name, template string, pending bool, scheduler string) bool {
+	return c.create(c.claimPod(name, scheduler, pending, podClaim{name: "gpu", template: template}))
+}
+
+// podClaim is one of a leg pod's claims: made from template, or the
+// ResourceClaim named claim.
+type podClaim struct {
+	name, template, claim string
+}
+
+// claimPod is a probe pod of the leg whose container uses every claim of
+// claims, scheduled by scheduler; pending marks the pods that must stay
+// unallocated.
+func (c *draChecker) claimPod(name, scheduler string, pending bool, claims ...podClaim) *corev1.Pod {
 	grace := int64(1)
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: examplesNamespace,
 			Labels:      map[string]string{"app.kubernetes.io/part-of": draLabel, "qgpu.io/dra-pending": fmt.Sprint(pending)},
 			Annotations: map[string]string{"nvidia.com/use-gputype": "t4"}},
 		Spec: corev1.PodSpec{
-			SchedulerName:  scheduler,
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: &template}},
-			Containers: []corev1.Container{{Name: "probe", Image: c.o.repo + "/probe:" + c.o.version, ImagePullPolicy: corev1.PullNever,
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
+			SchedulerName:                 scheduler,
+			Containers:                    []corev1.Container{{Name: "probe", Image: c.o.repo + "/probe:" + c.o.version, ImagePullPolicy: corev1.PullNever}},
 			TerminationGracePeriodSeconds: &grace,
 		},
 	}
+	for _, pc := range claims {
+		ref := corev1.PodResourceClaim{Name: pc.name}
+		if pc.claim != "" {
+			ref.ResourceClaimName = &pc.claim
+		} else {
+			ref.ResourceClaimTemplateName = &pc.template
+		}
+		p.Spec.ResourceClaims = append(p.Spec.ResourceClaims, ref)
+		p.Spec.Containers[0].Resources.Claims = append(p.Spec.Containers[0].Resources.Claims, corev1.ResourceClaim{Name: pc.name})
+	}
+	return p
+}
+
+// create creates p. A default-scheduler pod that must stay unallocated
+// may be refused at creation by qGPU's require-scheduler policy instead:
+// a rejection as expected when the refusal names spec.schedulerName.
+func (c *draChecker) create(p *corev1.Pod) bool {
 	if _, err := c.cp.Client.CoreV1().Pods(examplesNamespace).Create(c.ctx, p, metav1.CreateOptions{}); err != nil {
-		if pending && scheduler == corev1.DefaultSchedulerName {
+		if p.Labels["qgpu.io/dra-pending"] == "true" && p.Spec.SchedulerName == corev1.DefaultSchedulerName && strings.Contains(err.Error(), "spec.schedulerName") {
 			c.res.rejections++
-			c.ok("%s refused at creation: %v", name, err)
+			c.ok("%s refused at creation: %v", p.Name, err)
 			return false
 		}
-		c.fail("creating %s: %v", name, err)
+		c.fail("creating %s: %v", p.Name, err)
 		return false
 	}
 	return true
@@ -193,15 +245,25 @@ func (c *draChecker) waitRunning(name string) (*corev1.Pod, error) {
 	return p, err
 }
 
-// claimOf is the ResourceClaim the resource-claim controller made for the
-// pod's claim "gpu" from its template.
+// claimOf is the ResourceClaim of the pod's claim "gpu".
 func (c *draChecker) claimOf(p *corev1.Pod) (*resourceapi.ResourceClaim, error) {
+	return c.podClaim(p, "gpu")
+}
+
+// podClaim is the ResourceClaim of the pod's claim name: the one it names,
+// or the one the resource-claim controller made from its template.
+func (c *draChecker) podClaim(p *corev1.Pod, name string) (*resourceapi.ResourceClaim, error) {
+	for _, pc := range p.Spec.ResourceClaims {
+		if pc.Name == name && pc.ResourceClaimName != nil {
+			return c.cp.Client.ResourceV1().ResourceClaims(p.Namespace).Get(c.ctx, *pc.ResourceClaimName, metav1.GetOptions{})
+		}
+	}
 	for _, s := range p.Status.ResourceClaimStatuses {
-		if s.Name == "gpu" && s.ResourceClaimName != nil {
+		if s.Name == name && s.ResourceClaimName != nil {
 			return c.cp.Client.ResourceV1().ResourceClaims(p.Namespace).Get(c.ctx, *s.ResourceClaimName, metav1.GetOptions{})
 		}
 	}
-	return nil, fmt.Errorf("pod %s: no claim made from its template (status.resourceClaimStatuses %v): is the resource-claim controller running?", p.Name, p.Status.ResourceClaimStatuses)
+	return nil, fmt.Errorf("pod %s: no claim %s made from its template (status.resourceClaimStatuses %v): is the resource-claim controller running?", p.Name, name, p.Status.ResourceClaimStatuses)
 }
 
 // events are the messages of the pod's events, oldest first.
@@ -218,10 +280,15 @@ func (c *draChecker) events(pod string) string {
 	return strings.Join(msgs, " | ")
 }
 
-// checkUnallocated waits (bounded) for the pod's FailedScheduling event,
-// one whose message holds want if want is set, and checks that the pod is
-// still Pending, unbound, its claim unallocated.
+// checkUnallocated waits (bounded) for the pod's FailedScheduling event
+// whose message holds want (the policy or reason that refuses it), and
+// checks that the pod is still Pending, unbound, and every claim of it
+// exists and is unallocated.
 func (c *draChecker) checkUnallocated(name, what, want string) {
+	if want == "" {
+		c.fail("%s (%s): no expected reason given: any refusal would pass", name, what)
+		return
+	}
 	var failed string
 	err := wait.PollUntilContextTimeout(c.ctx, 2*time.Second, 90*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := c.cp.Client.CoreV1().Events(examplesNamespace).List(ctx, metav1.ListOptions{
@@ -250,9 +317,16 @@ func (c *draChecker) checkUnallocated(name, what, want string) {
 		c.fail("%s (%s): phase %s on node %q, want Pending and unbound", name, what, p.Status.Phase, p.Spec.NodeName)
 		return
 	}
-	if claim, err := c.claimOf(p); err == nil && claim.Status.Allocation != nil {
-		c.fail("%s (%s): its claim %s is allocated: %v", name, what, claim.Name, claim.Status.Allocation.Devices.Results)
-		return
+	for _, pc := range p.Spec.ResourceClaims {
+		claim, err := c.podClaim(p, pc.Name)
+		switch {
+		case err != nil:
+			c.fail("%s (%s): claim %s: %v", name, what, pc.Name, err)
+			return
+		case claim.Status.Allocation != nil:
+			c.fail("%s (%s): its claim %s is allocated: %v", name, what, claim.Name, claim.Status.Allocation.Devices.Results)
+			return
+		}
 	}
 	c.res.rejections++
 	c.ok("%s (%s) stays Pending, its claim unallocated: FailedScheduling %q", name, what, failed)

@@ -55,7 +55,7 @@ func (c *draChecker) restartAgent(running ...string) {
 			problems = append(problems, fmt.Sprintf("%s: ready %v, restarts %d", name, podReady(p), restarts(p)))
 		}
 		uid := c.prepared[name]
-		if uid == "" || len(claimSpecFiles(c.n.dir, uid)) != 1 || !ckpt[uid] {
+		if uid == "" || len(claimSpecFiles(c.n.dir, uid)) != 1 || ckpt[uid] != 1 {
 			problems = append(problems, fmt.Sprintf("%s: claim %q: specs %v, in the checkpoint %v", name, uid, claimSpecFiles(c.n.dir, uid), ckpt[uid]))
 		}
 	}
@@ -84,7 +84,7 @@ func (c *draChecker) checkUnprepared() {
 			return false, nil
 		}
 		for name, uid := range c.prepared {
-			if files := claimSpecFiles(c.n.dir, uid); len(files) > 0 || ckpt[uid] {
+			if files := claimSpecFiles(c.n.dir, uid); len(files) > 0 || ckpt[uid] > 0 {
 				left = append(left, fmt.Sprintf("%s's claim %s: specs %v, in the checkpoint %v", name, uid, files, ckpt[uid]))
 			}
 		}

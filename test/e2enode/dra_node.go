@@ -96,8 +96,10 @@ func (c *draChecker) checkSlice() bool {
 // (the node's pool, one device, the consumed memory and cores, a share ID,
 // the pod in reservedFor) as its assignment says; prepared by the agent (its
 // claim spec in the node's CDI directory); and its container: exactly its
-// card, the variables of the claim's class and slice, and every variable of
-// the claim spec. It returns the card's index.
+// card, the variables of the claim's class and slice, every variable of
+// the claim spec, and the delivery of the node's backend (c.backend) as the
+// device-plugin leg checks it (deliveryProblems, draDeliveryProblems). It
+// returns the card's index.
 func (c *draChecker) checkClaimPod(p *corev1.Pod, class protocol.Class, memoryGiB, cores int64) (int, []string) {
 	claim, err := c.claimOf(p)
 	if err != nil {
@@ -117,6 +119,10 @@ func (c *draChecker) checkClaimPod(p *corev1.Pod, class protocol.Class, memoryGi
 		return card, []string{err.Error()}
 	}
 	problems = append(verify.Container(p, "probe", lines, DeviceRoot), c.n.driverProblems(lines)...)
+	if got := verify.Backend(lines); got != c.backend && !setsOwnEnv(p) {
+		problems = append(problems, fmt.Sprintf("answered by the %s backend, the node's is %s", got, c.backend))
+	}
+	problems = append(problems, c.draDeliveryProblems(p, claim, lines, cores)...)
 	want := map[string]string{"QGPU_CLASS": string(class), "QGPU_MEMORY_GIB": strconv.FormatInt(memoryGiB, 10)}
 	if class != protocol.ClassOnline {
 		want["QGPU_CORES"] = strconv.FormatInt(cores, 10)
@@ -205,8 +211,9 @@ func claimSpecEdits(nodeDir string, uid types.UID) (cdispec.ContainerEdits, erro
 	return spec.Devices[0].ContainerEdits, nil
 }
 
-// checkpointed are the claim UIDs in the agent's checkpoint on the node.
-func checkpointed(nodeDir string) (map[types.UID]bool, error) {
+// checkpointed counts the entries of each claim UID in the agent's
+// checkpoint on the node.
+func checkpointed(nodeDir string) (map[types.UID]int, error) {
 	raw, err := os.ReadFile(filepath.Join(nodeDir, "kubelet", "plugins", protocol.DRADriver, "checkpoint.json"))
 	if err != nil {
 		return nil, err
@@ -219,9 +226,9 @@ func checkpointed(nodeDir string) (map[types.UID]bool, error) {
 	if err := json.Unmarshal(raw, &f); err != nil {
 		return nil, fmt.Errorf("the agent's checkpoint: %w", err)
 	}
-	out := map[types.UID]bool{}
+	out := map[types.UID]int{}
 	for _, c := range f.Claims {
-		out[c.UID] = true
+		out[c.UID]++
 	}
 	return out, nil
 }
