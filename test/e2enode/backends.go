@@ -94,9 +94,10 @@ func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.
 			continue
 		}
 		if backend == "mps" {
-			// Fewer refused first pods; runBackendPod still retries.
-			if err := waitDaemonSetReady(ctx, cp, "qgpu-mps-control-daemon"); err != nil {
-				fail("the MPS control daemon on %s: %v", n.name, err)
+			// runBackendPod still retries (the agent's informer may lag
+			// the label).
+			if err := waitMPSDaemon(ctx, cp, n); err != nil {
+				fail("%v", err)
 			}
 		}
 		res.add(checkBackend(ctx, o, cp, n, backend))

@@ -54,7 +54,7 @@ func (c *draChecker) checkBackend(backend string) bool {
 	c.backend = backend
 	c.logf("%s labelled %s, policy fixed-share", c.n.name, backend)
 	if backend == "mps" {
-		if err := c.waitMPSDaemon(); err != nil {
+		if err := waitMPSDaemon(c.ctx, c.cp, c.n); err != nil {
 			c.fail("the MPS control daemon on %s: %v", c.n.name, err)
 			return false
 		}
@@ -146,16 +146,6 @@ func (c *draChecker) runBackendClaim(name string, v variant) (*corev1.Pod, error
 		}
 	}
 	return nil, last
-}
-
-// waitMPSDaemon waits (bounded) for the MPS control daemon's pod on the
-// node to be Ready (the label brings it); runBackendClaim still retries.
-func (c *draChecker) waitMPSDaemon() error {
-	return wait.PollUntilContextTimeout(c.ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := c.cp.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{
-			LabelSelector: "app=qgpu-mps-control-daemon", FieldSelector: "spec.nodeName=" + c.n.name})
-		return err == nil && len(list.Items) == 1 && podReady(&list.Items[0]), nil
-	})
 }
 
 // draDeliveryProblems is what the node's backend must have delivered to a

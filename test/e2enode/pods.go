@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/qgpu-scheduler/qgpu/agent/enforce"
+	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -126,13 +130,44 @@ func restarts(p *corev1.Pod) int32 {
 	return n
 }
 
-// waitDaemonSetReady waits until the DaemonSet has a pod and all its pods
-// are Ready.
-func waitDaemonSetReady(ctx context.Context, cp *harness.ControlPlane, name string) error {
-	return wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		ds, err := cp.Client.AppsV1().DaemonSets(systemNamespace).Get(ctx, name, metav1.GetOptions{})
-		return err == nil && ds.Status.DesiredNumberScheduled > 0 && ds.Status.NumberReady == ds.Status.DesiredNumberScheduled, nil
+// waitMPSDaemon waits (bounded) until the MPS control daemon serves every
+// card of node n: its pod there is Ready, and each card of the node's
+// inventory is marked ready under the node's MPS root. The DaemonSet's
+// status is no sign: read right after the node got the mps label it still
+// counts the other nodes only, and the first pods reached a card whose
+// daemon had not started ("ready is missing", up to six attempts).
+func waitMPSDaemon(ctx context.Context, cp *harness.ControlPlane, n *node) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app=qgpu-mps-control-daemon", FieldSelector: "spec.nodeName=" + n.name})
+		if err != nil || len(list.Items) != 1 || !podReady(&list.Items[0]) {
+			last = fmt.Sprintf("its pod on %s is not Ready (%v)", n.name, err)
+			return false, nil
+		}
+		node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		inv, err := protocol.DecodeInventory([]byte(node.Annotations[protocol.AnnotationInventory]))
+		if err != nil || len(inv.Cards) == 0 {
+			last = fmt.Sprintf("no inventory on %s (%v)", n.name, err)
+			return false, nil
+		}
+		for _, c := range inv.Cards {
+			ready := filepath.Join(n.dir, "run-qgpu", "mps", c.UUID, enforce.MPSReadyFile)
+			if _, err := os.Stat(ready); err != nil {
+				last = "card " + c.UUID + ": " + err.Error()
+				return false, nil
+			}
+		}
+		return true, nil
 	})
+	if err != nil {
+		return fmt.Errorf("the MPS control daemon on %s: %s: %w", n.name, last, err)
+	}
+	return nil
 }
 
 func labelNode(ctx context.Context, cp *harness.ControlPlane, node string, labels map[string]string) error {
