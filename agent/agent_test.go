@@ -35,6 +35,42 @@ func (r *registrar) Register(_ context.Context, req *pluginapi.RegisterRequest) 
 	return &pluginapi.Empty{}, nil
 }
 
+// runningAgent is an agent startAgent runs for a test.
+type runningAgent struct {
+	ctx     context.Context // the agent's, until stop
+	metrics net.Addr        // its metrics server
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// startAgent runs the agent with cfg (its Started hook is set here) and
+// returns once the agent reports itself started; the test fails if Run
+// returns first.
+func startAgent(t *testing.T, cfg Config) *runningAgent {
+	t.Helper()
+	started := make(chan net.Addr, 1)
+	cfg.Started = func(a net.Addr) { started <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := &runningAgent{ctx: ctx, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- Run(ctx, cfg) }()
+	select {
+	case r.metrics = <-started:
+	case err := <-r.done:
+		t.Fatalf("Run: %v", err)
+	}
+	return r
+}
+
+// stop stops the agent and fails the test if Run returned an error.
+func (r *runningAgent) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
 // poll waits until f holds, for up to a minute: only a failing test waits
 // it out.
 func poll(t *testing.T, what string, f func() bool) {
@@ -76,22 +112,13 @@ func TestRun(t *testing.T) {
 	client := fake.NewClientset(node, pod)
 	cards, _ := nvml.ParseFakeSpec("2xT4")
 	fakeNVML := nvml.NewFake(cards, "n1", "")
-	started := make(chan net.Addr, 1)
 	cfg := Config{
 		NodeName: "n1", Client: client, NVML: fakeNVML, DBFile: filepath.Join(dir, "db", "meta.db"),
 		DevicePluginDir: dir, Backend: "env", MetricsAddr: "127.0.0.1:0",
 		HealthInterval: 50 * time.Millisecond, ReconcileInterval: time.Hour,
-		Started: func(a net.Addr) { started <- a },
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	var metricsAddr net.Addr
-	select {
-	case metricsAddr = <-started:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	run := startAgent(t, cfg)
+	ctx, metricsAddr := run.ctx, run.metrics
 	inv := nodeInventory(t, client)
 	if len(inv.Cards) != 2 || !inv.Cards[1].Healthy {
 		t.Fatalf("inventory %+v", inv)
@@ -122,10 +149,7 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(body, `qgpu_card_memory_granted_bytes{card="1",uuid="`+fakeNVML.UUID(1)+`"} 2.147483648e+09`) {
 		t.Errorf("metrics lack the grant:\n%s", body)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	run.stop(t)
 	for _, name := range deviceplugin.SocketNames {
 		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
 			t.Errorf("socket %s left behind: %v", name, err)

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -36,20 +35,12 @@ func TestRunMIGAndUnhealthyCards(t *testing.T) {
 	cards, _ := qnvml.ParseFakeSpec("2xT4")
 	fakeNVML := qnvml.NewFake(cards, "n1", "")
 	fakeNVML.SetMIG(0, nvml.DEVICE_MIG_ENABLE, nvml.DEVICE_MIG_ENABLE)
-	started := make(chan net.Addr, 1)
 	cfg := Config{
 		NodeName: "n1", Client: client, NVML: fakeNVML, DBFile: filepath.Join(dir, "db", "meta.db"),
 		DevicePluginDir: dir, Backend: "env", HealthInterval: 50 * time.Millisecond, ReconcileInterval: time.Hour,
-		Started: func(a net.Addr) { started <- a },
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	run := startAgent(t, cfg)
+	ctx := run.ctx
 	for range 3 {
 		<-reg.reqs
 	}
@@ -73,10 +64,7 @@ func TestRunMIGAndUnhealthyCards(t *testing.T) {
 		!strings.Contains(err.Error(), "health query failed") {
 		t.Errorf("Allocate on the unhealthy card: %v, want FailedPrecondition naming card 1 and why", err)
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	run.stop(t)
 }
 
 func allocateErr(dir, resource string, ids ...string) error {

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,23 +106,15 @@ func TestRunDRAPriorityController(t *testing.T) {
 		t.Fatal(err)
 	}
 	objs = append(objs, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{protocol.LabelMixedEnable: "enable"}}})
-	started := make(chan net.Addr, 1)
 	cfg := Config{
 		NodeName: "n1", Client: fake.NewClientset(objs...), NVML: fakeNVML, DBFile: filepath.Join(dir, "db", "meta.db"), DevicePluginDir: dir,
 		Backend: "env", MetricsAddr: "127.0.0.1:0", HealthInterval: time.Hour, ReconcileInterval: time.Hour,
 		PriorityController: true, CgroupRoot: tree.CgroupRoot, ProcRoot: tree.ProcRoot,
 		KubeletAPI: KubeletAPIDRA, KubeletPluginsDir: plugins, KubeletRegistryDir: filepath.Join(dir, "registry"),
 		CDISpecDir: filepath.Join(dir, "cdi"), CDINodeSpecDirs: []string{filepath.Join(dir, "cdi")},
-		Started: func(a net.Addr) { started <- a },
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	run := startAgent(t, cfg)
+	ctx := run.ctx
 	// The inventory stays: the scheduler's ledger counts claimed slices on it.
 	poll(t, "inventory published", func() bool {
 		n, err := cfg.Client.CoreV1().Nodes().Get(ctx, "n1", metav1.GetOptions{})
@@ -136,10 +127,7 @@ func TestRunDRAPriorityController(t *testing.T) {
 	if f, _ := freezer.Frozen(sideDir); f {
 		t.Error("the sidecar, which uses no claim, is frozen")
 	}
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	run.stop(t)
 	if frozen() {
 		t.Error("offline pod left frozen after the agent stopped")
 	}

@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,21 +39,12 @@ func TestRunHAMiCore(t *testing.T) {
 	client := fake.NewClientset(node, testPod())
 	cards, _ := nvml.ParseFakeSpec("2xT4")
 	fakeNVML := nvml.NewFake(cards, "n1", "")
-	started := make(chan struct{})
 	cfg := Config{
 		NodeName: "n1", Client: client, NVML: fakeNVML, DBFile: filepath.Join(dir, "db", "meta.db"),
 		DevicePluginDir: dir, Backend: enforce.NameEnv, HealthInterval: time.Hour, ReconcileInterval: time.Hour,
 		HAMiLibDir: libDir, HAMiRegionRoot: regions, HAMiLockDir: filepath.Join(host, "vgpulock"), ProcRoot: procRoot,
-		Started: func(_ net.Addr) { close(started) },
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	run := startAgent(t, cfg)
 	for range 3 {
 		<-reg.reqs
 	}
@@ -83,8 +72,5 @@ func TestRunHAMiCore(t *testing.T) {
 		s, err := f.Read()
 		return err == nil && s.UtilizationSwitch == 0
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	run.stop(t)
 }

@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -121,7 +120,6 @@ func TestRunDRAMPSGuard(t *testing.T) {
 	plugins := filepath.Join(dir, "plugins")
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	client := fake.NewClientset(f.pod, node)
-	started := make(chan net.Addr, 1)
 	cfg := Config{
 		NodeName: "n1", Client: client, NVML: f.lib, DBFile: filepath.Join(dir, "db", "meta.db"), DevicePluginDir: dir,
 		Backend: enforce.NameMPS, MPSRoot: f.root, ProcRoot: f.procRoot, MetricsAddr: "127.0.0.1:0",
@@ -129,21 +127,10 @@ func TestRunDRAMPSGuard(t *testing.T) {
 		MPSForeignProcessPolicy: "evict", MPSForeignProcessPoll: 10 * time.Millisecond,
 		KubeletAPI: KubeletAPIDRA, KubeletPluginsDir: plugins, KubeletRegistryDir: filepath.Join(dir, "registry"),
 		CDISpecDir: filepath.Join(dir, "cdi"), CDINodeSpecDirs: []string{filepath.Join(dir, "cdi")},
-		Started: func(a net.Addr) { started <- a },
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	run := startAgent(t, cfg)
 	waitRogueDeleted(t, client)
-	cancel()
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	run.stop(t)
 }
 
 func writeFile(t *testing.T, path, data string) {

@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,17 +40,13 @@ func TestRunPriorityController(t *testing.T) {
 	putGrants(t, db, fakeNVML.UUID(0), online, offline)
 
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{protocol.LabelMixedEnable: "enable"}}}
-	started := make(chan net.Addr, 1)
 	cfg := Config{
 		NodeName: "n1", Client: fake.NewClientset(node, runningPod("online", online), runningPod("offline", offline)), NVML: fakeNVML, DBFile: db, DevicePluginDir: dir,
 		Backend: "env", MetricsAddr: "127.0.0.1:0", HealthInterval: time.Hour, ReconcileInterval: time.Hour,
 		PriorityController: true, CgroupRoot: tree.CgroupRoot, ProcRoot: tree.ProcRoot,
-		Started: func(a net.Addr) { started <- a },
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	addr := <-started
+	run := startAgent(t, cfg)
+	addr := run.metrics
 	freezer := &cgroup.Freezer{Root: tree.CgroupRoot, Version: cgroup.V2}
 	frozen := func() bool { f, _ := freezer.Frozen(offDir); return f }
 
@@ -71,10 +65,7 @@ func TestRunPriorityController(t *testing.T) {
 	} {
 		poll(t, "metrics show "+want, func() bool { return strings.Contains(get(t, "http://"+addr.String()+"/metrics"), want) })
 	}
-	cancel() // the online pod is still busy
-	if err := <-done; err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	run.stop(t) // the online pod is still busy
 	if frozen() {
 		t.Error("offline pod left frozen after the agent stopped")
 	}

@@ -1,9 +1,7 @@
 package agent
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -41,21 +39,13 @@ func TestRunServesVocabularies(t *testing.T) {
 	v, _ := a.Encode()
 	pod.Annotations[protocol.AnnotationAssignment] = v
 	client := fake.NewClientset(node, pod)
-	started := make(chan net.Addr, 1)
 	cfg := Config{
 		NodeName: "n1", Client: client, NVML: fakeNVML, DBFile: filepath.Join(dir, "db", "meta.db"),
 		DevicePluginDir: dir, Backend: "env", HealthInterval: time.Hour, ReconcileInterval: time.Hour,
-		Vocabularies: []string{"hami"}, Started: func(a net.Addr) { started <- a },
+		Vocabularies: []string{"hami"},
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- Run(ctx, cfg) }()
-	select {
-	case <-started:
-	case err := <-done:
-		t.Fatalf("Run: %v", err)
-	}
+	run := startAgent(t, cfg)
+	ctx := run.ctx
 	got := map[string]bool{}
 	for len(got) < 7 {
 		select {
@@ -90,10 +80,7 @@ func TestRunServesVocabularies(t *testing.T) {
 		p, _ := client.CoreV1().Pods("default").Get(ctx, "p", metav1.GetOptions{})
 		return p.Annotations[protocol.AnnotationGrant] == v
 	})
-	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("Run: %v", err)
-	}
+	run.stop(t)
 }
 
 func TestValidateVocabularies(t *testing.T) {

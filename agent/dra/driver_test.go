@@ -257,17 +257,24 @@ func (c *ceilings) Ceil(uuid string, m enforce.MPSCeiling) error {
 	return nil
 }
 
-// TestPrepareMPSCeilingCountsPreparedClaims: under the mps backend, a
-// claim's ceiling is the largest slice among the claims prepared on its
-// card and its own, as Allocate's is among the live containers'.
-func TestPrepareMPSCeilingCountsPreparedClaims(t *testing.T) {
+// mpsDriver is a driver under the mps backend (fixed-share) whose control
+// records the ceilings it is asked to put in force.
+func mpsDriver(t *testing.T) (*Driver, *ceilings) {
+	t.Helper()
 	mps := &ceilings{fakeMPS: fakeMPS{root: t.TempDir()}, got: map[string][]enforce.MPSCeiling{}}
 	b, err := enforce.New("mps", enforce.Options{MPS: mps})
 	if err != nil {
 		t.Fatal(err)
 	}
 	specs, _ := cdiNode(t)
-	d := newTestDriver(t, specs, filepath.Join(t.TempDir(), "cp.json"), b, protocol.PolicyFixedShare)
+	return newTestDriver(t, specs, filepath.Join(t.TempDir(), "cp.json"), b, protocol.PolicyFixedShare), mps
+}
+
+// TestPrepareMPSCeilingCountsPreparedClaims: under the mps backend, a
+// claim's ceiling is the largest slice among the claims prepared on its
+// card and its own, as Allocate's is among the live containers'.
+func TestPrepareMPSCeilingCountsPreparedClaims(t *testing.T) {
+	d, mps := mpsDriver(t)
 	for _, c := range []struct {
 		name       string
 		gib, cores int64
@@ -289,13 +296,7 @@ func TestPrepareMPSCeilingCountsPreparedClaims(t *testing.T) {
 // grants on its card too: a claim smaller than a granted container must
 // not lower the card's ceiling below that container's slice.
 func TestPrepareMPSCeilingCountsDeviceGrants(t *testing.T) {
-	mps := &ceilings{fakeMPS: fakeMPS{root: t.TempDir()}, got: map[string][]enforce.MPSCeiling{}}
-	b, err := enforce.New("mps", enforce.Options{MPS: mps})
-	if err != nil {
-		t.Fatal(err)
-	}
-	specs, _ := cdiNode(t)
-	d := newTestDriver(t, specs, filepath.Join(t.TempDir(), "cp.json"), b, protocol.PolicyFixedShare)
+	d, mps := mpsDriver(t)
 	granted := protocol.Slice{Index: 0, UUID: testCards[0].UUID, MemoryGiB: 6, Cores: 40}
 	d.cfg.DeviceGrants = func(context.Context, bool) ([]store.Grant, error) {
 		return []store.Grant{{PodUID: "pod-uid", Namespace: "ns", Name: "pod", Container: "main", Resource: protocol.ResourceMemory,

@@ -217,7 +217,7 @@ func (e *env) probe(ctx context.Context) int {
 		p := builders.GPUPod(fmt.Sprintf("whole-%02d", i)).Namespace(probeNS).General("c", gib, protocol.CoresPerCard).Obj()
 		p.UID = ""
 		if i < claimed {
-			p = probeClaimPod(p.Name, gib)
+			p = claimPod(probeNS, p.Name)
 			if _, err := e.cs.ResourceV1().ResourceClaims(probeNS).Create(ctx, probeClaim(p.Name, gib), metav1.CreateOptions{}); err != nil {
 				fmt.Printf("probe: %v\n", err)
 				return 1

@@ -60,15 +60,7 @@ func (e *env) claimedPod(i int) (*corev1.Pod, *resourceapi.ResourceClaim) {
 	default:
 		claim = newClaim(name, protocol.ClassOffline, 1+r.Int63n(4), 10+r.Int63n(50))
 	}
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
-		Spec: corev1.PodSpec{
-			SchedulerName:  protocol.SchedulerName,
-			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
-			Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
-				Resources: corev1.ResourceRequirements{Claims: []corev1.ResourceClaim{{Name: "gpu"}}}}},
-		},
-	}
+	p := claimPod(ns, name)
 	if len(e.schedulers) > 0 {
 		p.Spec.SchedulerName = e.schedulers[i%len(e.schedulers)]
 	}
@@ -170,16 +162,18 @@ func allocationString(c *resourceapi.ResourceClaim) string {
 }
 
 // probeClaim is a whole card of gib GiB asked through a claim of the
-// general class in the probe's namespace; probeClaimPod is the pod using it.
+// general class in the probe's namespace.
 func probeClaim(name string, gib int64) *resourceapi.ResourceClaim {
 	c := newClaim(name, protocol.ClassGeneral, gib, protocol.CoresPerCard)
 	c.Namespace = probeNS
 	return c
 }
 
-func probeClaimPod(name string, gib int64) *corev1.Pod {
+// claimPod is pod namespace/name whose one container uses the claim of
+// the same name.
+func claimPod(namespace, name string) *corev1.Pod {
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: probeNS, Name: name},
+		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
 		Spec: corev1.PodSpec{
 			SchedulerName:  protocol.SchedulerName,
 			ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To(name)}},
