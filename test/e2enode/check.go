@@ -107,8 +107,6 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 		res.add(checkBackends(ctx, start, o, cp, n))
 	}
 	for _, n := range nodes {
-		res.containers++
-		res.failures += runtimeControl(ctx, o, cp, n, cardCount(o.fakeCards))
 		if n.mode.nvidiaDefault && !nvidiaRuntimeRan(n.dir) {
 			res.failures++
 			fmt.Printf("FAIL %s (%s): NVIDIA's runtime never ran there (%s/nvidia-container-runtime.log)\n", n.name, n.mode, n.dir)
