@@ -88,11 +88,14 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	}
 	res.failures += waitSystemReady(ctx, cp)
 	stepLog(start, "qgpu-system checked")
+	var leg *draLeg
 	if draN != nil {
-		leg := startDRALeg(ctx, start, o, cp, draN)
+		leg = startDRALeg(ctx, start, o, cp, draN)
 		defer func() {
-			d := leg.wait()
-			res.dra = &d
+			if leg != nil {
+				d := leg.wait()
+				res.dra = &d
+			}
 		}()
 	}
 	ex, err := checkExamples(ctx, start, cp, examples, nodes)
@@ -114,7 +117,18 @@ func check(ctx context.Context, start time.Time, o options, cp *harness.ControlP
 	}
 	ex, err = examplesOnOperatorSpecs(ctx, start, o, cp, examples, nodes)
 	res.add(ex)
-	return res, err
+	if err != nil {
+		return res, err
+	}
+	// The tenant suite claims a card's memory on the DRA node: after the
+	// DRA leg, whose output is printed here.
+	if leg != nil {
+		d := leg.wait()
+		res.dra, leg = &d, nil
+	}
+	res.add(tenantChecks(ctx, start, o, cp, nodes, draN))
+	stepLog(start, "tenant suite done")
+	return res, nil
 }
 
 // checkExamples applies the examples, checks that the admission policies
