@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -75,7 +76,9 @@ var variants = []variant{{name: "plain"}, {name: "override", override: true}, {n
 // variants and the escape attempts (escapes.go), and checks from inside
 // each what it got: exactly its card's device nodes, the backend's files,
 // directories and variables, and the agent's values whatever the pod set.
-// The examples are deleted first, to free the cards.
+// The examples are deleted first, to free the cards. The controls run
+// first (escapeControls), the backend-independent attempts last, once
+// (nodeEscapes).
 func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.ControlPlane, n *node) result {
 	var res result
 	fail := func(format string, args ...any) {
@@ -87,6 +90,8 @@ func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.
 		return res
 	}
 	stepLog(start, "examples deleted; backends on %s", n.name)
+	controls, cres := escapeControls(ctx, o, cp, n, os.Stdout)
+	res.add(cres)
 	for _, backend := range []string{"env", "hami-core", "mps"} {
 		if err := labelNode(ctx, cp, n.name, map[string]string{protocol.LabelEnforcement: backend,
 			protocol.LabelSchedulePolicy: string(protocol.PolicyFixedShare)}); err != nil {
@@ -100,21 +105,22 @@ func checkBackends(ctx context.Context, start time.Time, o options, cp *harness.
 				fail("%v", err)
 			}
 		}
-		res.add(checkBackend(ctx, o, cp, n, backend))
+		res.add(checkBackend(ctx, o, cp, n, backend, controls))
 		stepLog(start, "backend %s checked on %s", backend, n.name)
 	}
+	res.add(nodeEscapes(ctx, o, cp, n))
 	return res
 }
 
 // checkBackend runs one backend's probe pods and escape attempts on n and
-// prints its escape line.
-func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *node, backend string) result {
+// prints its escape line, each attempt tallied against controls.
+func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *node, backend string, controls verify.Controls) result {
 	var res result
 	fail := func(format string, args ...any) {
 		res.failures++
 		fmt.Printf("FAIL "+format+"\n", args...)
 	}
-	var tally verify.Tally
+	var attempts []verify.Attempt
 	for _, v := range variants {
 		if v.whole && backend != "mps" {
 			continue
@@ -135,14 +141,14 @@ func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *n
 			problems = append(problems, mpsCeilingProblems(p, n)...)
 		}
 		if v.override {
-			t, escaped := escapeAttempts(backend, lines)
-			tally.Add(t)
-			problems = append(problems, escaped...)
+			a, ownProblems := escapeAttempts(backend, lines, cardCount(o.fakeCards))
+			attempts = append(attempts, a...)
+			problems = append(problems, ownProblems...)
 		}
 		if len(problems) > 0 {
 			fail("%s %s: %s", backend, p.Name, strings.Join(problems, "; "))
 		} else {
-			fmt.Printf("ok   %s %s on %s: its card, files, directories and variables, none of the pod's own overrides%s%s\n", backend, p.Name, n.name, verify.EscapeSummary(lines), ceilingNote(backend, v))
+			fmt.Printf("ok   %s %s on %s: its card, files, directories and variables%s%s\n", backend, p.Name, n.name, verify.EscapeSummary(lines), ceilingNote(backend, v))
 		}
 		if backend == "mps" && v.name == "override" {
 			if err := restartAgentKeepsMPS(ctx, cp, n.name, p.Name); err != nil {
@@ -155,36 +161,45 @@ func checkBackend(ctx context.Context, o options, cp *harness.ControlPlane, n *n
 			fail("deleting %s: %v", p.Name, err)
 		}
 	}
-	t, failures := cardlessEscapes(ctx, o, cp, n, backend)
-	tally.Add(t)
-	res.failures += failures
-	res.failures += escapeLine(n.name, backend, tally)
+	res.failures += escapeLine(n.name, backend, verify.Tally(attempts, controls), minEscapeAttempts)
 	return res
 }
 
-// escapeAttempts tallies an overriding probe's attempts: the variables it
-// set (the common ones and its backend's) and the other cards it tried to
-// open through device nodes of its own.
-func escapeAttempts(backend string, lines []verify.Line) (verify.Tally, []string) {
-	t, problems := verify.EnvEscapes(lines, append(slices.Clone(commonOverrides), backendOverrides[backend]...))
-	dt, dp := verify.DeviceEscapes(lines)
-	t.Add(dt)
-	return t, append(problems, dp...)
+// escapeAttempts are an overriding probe's attempts: the variables it set
+// (the common ones and its backend's) and the other cards of the node
+// (cards of them) it tried to open through device nodes of its own.
+func escapeAttempts(backend string, lines []verify.Line, cards int) ([]verify.Attempt, []string) {
+	attempts := verify.EnvAttempts(lines, append(slices.Clone(commonOverrides), backendOverrides[backend]...))
+	dev, problems := verify.DeviceAttempts(lines, cards)
+	return append(attempts, dev...), problems
 }
 
-// minEscapeAttempts is the fewest attempts a node and backend's line may
-// count: fewer means the probes did not try what they should.
+// minEscapeAttempts is the fewest counted attempts a node and backend's
+// line may hold: fewer means the probes did not try what they should.
 const minEscapeAttempts = 6
 
-// escapeLine prints the node and backend's escape line and returns its
-// failures: an attempt not refused, or too few attempts.
-func escapeLine(node, backend string, t verify.Tally) int {
-	fmt.Printf("%s %s: escape attempts %d refused %d\n", node, backend, t.Attempts, t.Refused)
-	if t.Attempts < minEscapeAttempts || t.Refused != t.Attempts {
-		fmt.Printf("FAIL %s %s: escape attempts %d refused %d (want at least %d, all refused)\n", node, backend, t.Attempts, t.Refused, minEscapeAttempts)
-		return 1
+// escapeLine prints the line of a node and backend ("(node)" for the
+// backend-independent attempts), the attempts listed apart and every
+// problem, and returns its failures: a problem, an attempt not refused, a
+// counted attempt without a control that got through, or fewer than min.
+func escapeLine(node, backend string, c verify.Count, min int) int {
+	return escapeLineTo(os.Stdout, node, backend, c, min)
+}
+
+// escapeLineTo is escapeLine writing to out (the DRA leg's buffer).
+func escapeLineTo(out io.Writer, node, backend string, c verify.Count, min int) int {
+	fmt.Fprintf(out, "%s %s: %s\n", node, backend, c.Line())
+	if note := c.ApartNote(); note != "" {
+		fmt.Fprintf(out, "     %s %s: not counted: %s\n", node, backend, note)
 	}
-	return 0
+	if !c.Failed(min) {
+		return 0
+	}
+	for _, p := range c.Problems {
+		fmt.Fprintf(out, "FAIL %s %s: %s\n", node, backend, p)
+	}
+	fmt.Fprintf(out, "FAIL %s %s: %s (want at least %d, all refused, each with a control that escaped)\n", node, backend, c.Line(), min)
+	return 1
 }
 
 // backendProblems is the verdict on one probe's output (the probe pods

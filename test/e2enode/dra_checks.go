@@ -98,8 +98,10 @@ func (c *draChecker) run() {
 	// Each backend in turn on the emptied node (dra_backends.go), a
 	// claim shared by two pods under hami-core, and a claim of another
 	// driver beside a qGPU claim.
+	controls, cres := escapeControls(c.ctx, c.o, c.cp, c.n, c.out)
+	c.res.failures += cres.failures
 	for _, backend := range []string{"env", "hami-core", "mps"} {
-		if !c.checkBackend(backend) {
+		if !c.checkBackend(backend, controls) {
 			continue
 		}
 		if backend == "hami-core" {

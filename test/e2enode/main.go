@@ -79,7 +79,7 @@ func main() {
 	fs.StringVar(&o.repo, "repo", "ghcr.io/qgpu-scheduler", "the images' repository prefix")
 	fs.StringVar(&o.version, "version", "", "the images' tag (make images' VERSION)")
 	fs.StringVar(&o.workDir, "work-dir", "_output/e2e-node", "state and logs of this run (emptied first)")
-	fs.DurationVar(&o.timeout, "timeout", 10*time.Minute, "bound on the whole run")
+	fs.DurationVar(&o.timeout, "timeout", 15*time.Minute, "bound on the whole run")
 	fs.StringVar(&o.fakeCards, "fake-cards", "2xT4,2xV100", "the agent's --fake-cards on every node")
 	fs.BoolVar(&o.deviceRoot, "device-root", true, "give the agent --device-root with the fake cards' nodes (false, with --device-list-strategy=envvar: see the device checks fail)")
 	fs.StringVar(&o.deviceListStrategy, "device-list-strategy", "", "override the manifests' agent --device-list-strategy (envvar: see the overriding pods get what they set)")

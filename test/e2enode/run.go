@@ -40,7 +40,10 @@ func run(ctx context.Context, o options) (result, error) {
 	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	cp, err := harness.StartControlPlane(startCtx, harness.ControlPlaneOptions{RBAC: true, ServiceAccounts: true,
 		// Cards shared between claims (docs/dra.md#feature-gates): the DRA leg.
-		ExtraFlags: []string{"--feature-gates=DRAConsumableCapacity=true"}})
+		// Privileged pods: the escape checks' device control
+		// (escapeControls), in the opted-out namespace only; the tenant's
+		// namespace enforces Pod Security baseline.
+		ExtraFlags: []string{"--feature-gates=DRAConsumableCapacity=true", "--allow-privileged=true"}})
 	cancel()
 	if err != nil {
 		return res, err

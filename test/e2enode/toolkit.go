@@ -152,9 +152,12 @@ func generateManagementSpec(binDir string) error {
 // handler, as nvidia-ctk-installer writes it (runc's options with
 // BinaryName the toolkit's runtime), and containerd's default runtime.
 func nvidiaRuntimeConfig(mode runtimeMode) string {
-	def := "runc"
+	def, podAnnotations := "runc", ""
 	if mode.nvidiaDefault {
-		def = "nvidia"
+		// As a node set up for CDI requests by annotation passes them: the
+		// tenant suite's control shows what qgpu-device-requests refuses.
+		def, podAnnotations = "nvidia", `      pod_annotations = ["cdi.k8s.io/*"]
+`
 	}
 	return fmt.Sprintf(`  [plugins."io.containerd.cri.v1.runtime".containerd]
     default_runtime_name = %q
@@ -162,9 +165,9 @@ func nvidiaRuntimeConfig(mode runtimeMode) string {
       runtime_type = "io.containerd.runc.v2"
     [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia]
       runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]
+%s      [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.nvidia.options]
         BinaryName = %q
-`, def, filepath.Join(ToolkitDir, "nvidia-container-runtime"))
+`, def, podAnnotations, filepath.Join(ToolkitDir, "nvidia-container-runtime"))
 }
 
 // nvidiaRuntimeRan reports whether NVIDIA's runtime handled a container

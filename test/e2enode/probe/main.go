@@ -9,6 +9,7 @@
 //	{"kind":"writable","name":"/tmp/vgpu"}
 //	{"kind":"escape","name":"nvidia3","value":"refused: open: operation not permitted"}
 //	{"kind":"own","name":"nvidia1","value":"open: no such device or address"}
+//	{"kind":"attempt","name":"mps-pipe-write","value":"refused: create: read-only file system"}
 //	{"kind":"done"}
 package main
 
@@ -51,6 +52,7 @@ func main() {
 	mounts(emit)
 	hamiFiles(emit)
 	escapes(emit)
+	tenantAttempts(emit)
 	driverFiles(emit)
 	emit(Line{Kind: "done"})
 	sig := make(chan os.Signal, 1)
@@ -131,6 +133,60 @@ func hamiFiles(emit func(Line)) {
 	}
 }
 
+// tenantAttempts are the tenant suite's attempts, each made only where
+// the pod's spec asks for it (the other pods' output stays as it was):
+//
+//   - PROBE_MPS_PIPE_WRITE=1: create a file in the MPS pipe directory
+//     (/tmp/nvidia-mps), where a root tenant would replace the control
+//     pipe: {"kind":"attempt","name":"mps-pipe-write","value":...};
+//   - PROBE_SHM_WRITE=<name>: leave a segment /dev/shm/<name> (as a
+//     DataLoader or NCCL would) for another pod to look for;
+//   - PROBE_SHM_READ=<name>: read /dev/shm/<name>:
+//     {"kind":"attempt","name":"shm-read","value":"read: <content>"} or
+//     "absent: ..." where the segment is not there.
+func tenantAttempts(emit func(Line)) {
+	if os.Getenv("PROBE_MPS_PIPE_WRITE") == "1" {
+		path := "/tmp/nvidia-mps/qgpu-probe-redirect"
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o666)
+		if err != nil {
+			emit(Line{Kind: "attempt", Name: "mps-pipe-write", Value: writeVerdict("create", err)})
+		} else {
+			f.Close()
+			os.Remove(path)
+			emit(Line{Kind: "attempt", Name: "mps-pipe-write", Value: "written: " + path})
+		}
+	}
+	if name := os.Getenv("PROBE_SHM_WRITE"); name != "" {
+		host, _ := os.Hostname()
+		if err := os.WriteFile("/dev/shm/"+name, []byte("segment of "+host), 0o666); err != nil {
+			emit(Line{Kind: "error", Value: "writing /dev/shm/" + name + ": " + err.Error()})
+		} else {
+			emit(Line{Kind: "shm-written", Name: name})
+		}
+	}
+	if name := os.Getenv("PROBE_SHM_READ"); name != "" {
+		data, err := os.ReadFile("/dev/shm/" + name)
+		switch {
+		case err == nil:
+			emit(Line{Kind: "attempt", Name: "shm-read", Value: "read: " + string(data)})
+		case errors.Is(err, os.ErrNotExist):
+			emit(Line{Kind: "attempt", Name: "shm-read", Value: "absent: " + err.Error()})
+		default:
+			emit(Line{Kind: "attempt", Name: "shm-read", Value: writeVerdict("read", err)})
+		}
+	}
+}
+
+// writeVerdict is verdict with a read-only file system (EROFS) a refusal
+// too: what a read-only mount answers.
+func writeVerdict(op string, err error) string {
+	var errno unix.Errno
+	if errors.As(err, &errno) && errno == unix.EROFS {
+		return "refused: " + op + ": " + errno.Error()
+	}
+	return verdict(op, err)
+}
+
 // libDir is where the driver's libraries appear in a container (the CDI
 // specs nvidia-ctk and the agent write mount them at their host paths).
 const libDir = "/usr/lib/x86_64-linux-gnu"
@@ -175,7 +231,8 @@ func escapes(emit func(Line)) {
 			continue
 		}
 		if dir == "" {
-			emit(Line{Kind: "escape", Name: name, Value: "refused: no writable directory to make a device node in"})
+			// Nothing was tried: not a refusal (the e2e counts it as a failure).
+			emit(Line{Kind: "escape", Name: name, Value: "not attempted: no writable directory to make a device node in"})
 			continue
 		}
 		path := filepath.Join(dir, "qgpu-escape-"+name)
