@@ -132,7 +132,8 @@ func restarts(p *corev1.Pod) int32 {
 
 // waitMPSDaemon waits (bounded) until the MPS control daemon serves every
 // card of node n: its pod there is Ready, and each card of the node's
-// inventory is marked ready under the node's MPS root. The DaemonSet's
+// inventory is marked ready under the node's MPS root, or whole (a card a
+// whole-card pod had, which the agent asks back for its next client). The DaemonSet's
 // status is no sign: read right after the node got the mps label it still
 // counts the other nodes only, and the first pods reached a card whose
 // daemon had not started ("ready is missing", up to six attempts).
@@ -141,8 +142,11 @@ func waitMPSDaemon(ctx context.Context, cp *harness.ControlPlane, n *node) error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := cp.Client.CoreV1().Pods(systemNamespace).List(ctx, metav1.ListOptions{
 			LabelSelector: "app=qgpu-mps-control-daemon", FieldSelector: "spec.nodeName=" + n.name})
-		if err != nil || len(list.Items) != 1 || !podReady(&list.Items[0]) {
-			last = fmt.Sprintf("its pod on %s is not Ready (%v)", n.name, err)
+		if err != nil {
+			return false, nil // transient; last keeps what was seen
+		}
+		if len(list.Items) != 1 || !podReady(&list.Items[0]) {
+			last = fmt.Sprintf("%d pods of it on %s, none Ready", len(list.Items), n.name)
 			return false, nil
 		}
 		node, err := cp.Client.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
@@ -156,9 +160,9 @@ func waitMPSDaemon(ctx context.Context, cp *harness.ControlPlane, n *node) error
 			return false, nil
 		}
 		for _, c := range inv.Cards {
-			ready := filepath.Join(n.dir, "run-qgpu", "mps", c.UUID, enforce.MPSReadyFile)
-			if _, err := os.Stat(ready); err != nil {
-				last = "card " + c.UUID + ": " + err.Error()
+			card := filepath.Join(n.dir, "run-qgpu", "mps", c.UUID)
+			if !exists(filepath.Join(card, enforce.MPSReadyFile)) && !exists(filepath.Join(card, enforce.MPSWholeFile)) {
+				last = "card " + c.UUID + " is neither marked ready nor handed out whole"
 				return false, nil
 			}
 		}
@@ -204,3 +208,5 @@ func optedOutNamespace(ctx context.Context, cp *harness.ControlPlane, ns string)
 	}
 	return nil
 }
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
