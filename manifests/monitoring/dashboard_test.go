@@ -189,6 +189,10 @@ func (h *handle) ClientSet() clientset.Interface                         { retur
 func (h *handle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
 func (h *handle) EventRecorder() events.EventRecorder                    { return nil }
 
+// ProfileName: from 1.35 the framework's Handle has it (the plugin asks it
+// which scheduler it runs in); the embedded nil Handle would panic.
+func (h *handle) ProfileName() string { return "qgpu-scheduler" }
+
 // schedulerRegistry builds the QGPU plugin as qgpu-scheduler does, on a
 // cluster of one qGPU node, and returns the registry kube-scheduler serves.
 func schedulerRegistry(t *testing.T) prometheus.Gatherer {
