@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/component-base/metrics/legacyregistry"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	agentmetrics "github.com/qgpu-scheduler/qgpu/agent/metrics"
 	"github.com/qgpu-scheduler/qgpu/agent/priority"
@@ -180,7 +180,7 @@ func agentRegistry() prometheus.Gatherer {
 // handle is the part of the scheduling framework's handle that the plugin
 // uses to feed its ledger: informers of a fake cluster.
 type handle struct {
-	framework.Handle
+	fwk.Handle
 	cs      clientset.Interface
 	factory informers.SharedInformerFactory
 }
@@ -188,6 +188,10 @@ type handle struct {
 func (h *handle) ClientSet() clientset.Interface                         { return h.cs }
 func (h *handle) SharedInformerFactory() informers.SharedInformerFactory { return h.factory }
 func (h *handle) EventRecorder() events.EventRecorder                    { return nil }
+
+// ProfileName: from 1.35 the framework's Handle has it (the plugin asks it
+// which scheduler it runs in); the embedded nil Handle would panic.
+func (h *handle) ProfileName() string { return "qgpu-scheduler" }
 
 // schedulerRegistry builds the QGPU plugin as qgpu-scheduler does, on a
 // cluster of one qGPU node, and returns the registry kube-scheduler serves.

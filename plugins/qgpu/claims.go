@@ -20,7 +20,6 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
@@ -67,7 +66,7 @@ func (c *claimAccess) servingNodes() (sets.Set[string], error) {
 
 // claimNodes narrows a claimed pod's cycle to the nodes that serve qGPU
 // claims; nil for a pod without claims or without the listers.
-func (p *QGPU) claimNodes(req *request.Request) (*framework.PreFilterResult, *fwk.Status) {
+func (p *QGPU) claimNodes(req *request.Request) (*fwk.PreFilterResult, *fwk.Status) {
 	if p.claims == nil || p.claims.slices == nil || len(req.Claims) == 0 {
 		return nil, nil
 	}
@@ -78,7 +77,7 @@ func (p *QGPU) claimNodes(req *request.Request) (*framework.PreFilterResult, *fw
 	if nodes.Len() == 0 {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, ReasonNoClaimNode)
 	}
-	return &framework.PreFilterResult{NodeNames: nodes}, nil
+	return &fwk.PreFilterResult{NodeNames: nodes}, nil
 }
 
 // ReasonNoClaimNode: no node serves qGPU claims.

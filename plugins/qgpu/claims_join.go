@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
 )
@@ -35,7 +34,7 @@ type joinPlan struct {
 
 // joinCycle starts the cycle of a pod that joins shared claims: only their
 // node, and none if they were allocated on different nodes.
-func (p *QGPU) joinCycle(cs fwk.CycleState, req *request.Request) (*framework.PreFilterResult, *fwk.Status) {
+func (p *QGPU) joinCycle(cs fwk.CycleState, req *request.Request) (*fwk.PreFilterResult, *fwk.Status) {
 	nodes := sets.New[string]()
 	for _, c := range req.Shared {
 		nodes.Insert(c.Node)
@@ -46,7 +45,7 @@ func (p *QGPU) joinCycle(cs fwk.CycleState, req *request.Request) (*framework.Pr
 	}
 	node := req.Shared[0].Node
 	cs.Write(stateKey, &cycleState{req: req, join: &joinPlan{node: node, claims: req.Shared}})
-	return &framework.PreFilterResult{NodeNames: nodes}, nil
+	return &fwk.PreFilterResult{NodeNames: nodes}, nil
 }
 
 // filterJoin admits only the claims' node (PreFilter already narrowed the

@@ -30,13 +30,13 @@ func cpuOnlyScores(t *testing.T, p *QGPU, cs fwk.CycleState, pod *v1.Pod, nodes 
 	if _, st := p.PreFilter(ctx, cs, pod, nil); !st.IsSkip() {
 		t.Fatalf("PreFilter = %v, want Skip (Filter leaves CPU-only pods alone)", st)
 	}
-	scores := make(framework.NodeScoreList, len(nodes))
+	scores := make(fwk.NodeScoreList, len(nodes))
 	for i, n := range nodes {
 		s, st := p.Score(ctx, cs, pod, nodeInfo(n))
 		if !st.IsSuccess() {
 			t.Fatalf("Score(%s): %v", n.Name, st)
 		}
-		scores[i] = framework.NodeScore{Name: n.Name, Score: s}
+		scores[i] = fwk.NodeScore{Name: n.Name, Score: s}
 	}
 	if st := p.NormalizeScore(ctx, cs, pod, scores); !st.IsSuccess() {
 		t.Fatal(st)
@@ -67,8 +67,8 @@ func TestCPUOnlyPodsKeepOffFreeCards(t *testing.T) {
 	learned := p.workload.Load()
 	cs := framework.NewCycleState()
 	scores := cpuOnlyScores(t, p, cs, pod, free, full, plain)
-	if scores["free"] != 0 || scores["full"]+scores["plain"] != framework.MaxNodeScore {
-		t.Fatalf("scores %v: want the best of full and plain at %d, free at 0", scores, framework.MaxNodeScore)
+	if scores["free"] != 0 || scores["full"]+scores["plain"] != fwk.MaxNodeScore {
+		t.Fatalf("scores %v: want the best of full and plain at %d, free at 0", scores, fwk.MaxNodeScore)
 	}
 	if st := p.Reserve(ctx, cs, pod, "plain"); !st.IsSuccess() {
 		t.Fatal(st)

@@ -20,9 +20,9 @@ import (
 	"github.com/qgpu-scheduler/qgpu/test/builders"
 )
 
-// fakeHandle is the part of framework.Handle the plugin uses.
+// fakeHandle is the part of fwk.Handle the plugin uses.
 type fakeHandle struct {
-	framework.Handle
+	fwk.Handle
 	cs      clientset.Interface
 	factory informers.SharedInformerFactory
 	profile string
@@ -35,7 +35,7 @@ type fakeHandle struct {
 func (h *fakeHandle) ProfileName() string { return h.profile }
 
 // SnapshotSharedLister: no snapshot (the policies then see no node CPU).
-func (h *fakeHandle) SnapshotSharedLister() framework.SharedLister { return nil }
+func (h *fakeHandle) SnapshotSharedLister() fwk.SharedLister { return nil }
 
 func (h *fakeHandle) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
 	if h.onActivate == nil {

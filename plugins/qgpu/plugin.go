@@ -12,7 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/args"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fastpath"
@@ -29,7 +29,7 @@ const Name = "QGPU"
 // workload and the informer handlers are shared by all of a process's
 // profiles (shared.go).
 type QGPU struct {
-	handle     framework.Handle
+	handle     fwk.Handle
 	shared     *shared
 	ledger     *ledger.Ledger
 	nodePolicy placement.Policy
@@ -65,18 +65,18 @@ type QGPU struct {
 }
 
 var (
-	_ framework.PreFilterPlugin   = &QGPU{}
-	_ framework.FilterPlugin      = &QGPU{}
-	_ framework.ScorePlugin       = &QGPU{}
-	_ framework.ReservePlugin     = &QGPU{}
-	_ framework.PreBindPlugin     = &QGPU{}
-	_ framework.BindPlugin        = &QGPU{}
-	_ framework.EnqueueExtensions = &QGPU{}
+	_ fwk.PreFilterPlugin   = &QGPU{}
+	_ fwk.FilterPlugin      = &QGPU{}
+	_ fwk.ScorePlugin       = &QGPU{}
+	_ fwk.ReservePlugin     = &QGPU{}
+	_ fwk.PreBindPlugin     = &QGPU{}
+	_ fwk.BindPlugin        = &QGPU{}
+	_ fwk.EnqueueExtensions = &QGPU{}
 )
 
 // New builds the plugin from its args and starts feeding the ledger from the
 // scheduler's informers.
-func New(ctx context.Context, obj runtime.Object, h framework.Handle) (framework.Plugin, error) {
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	a, err := decodeArgs(obj)
 	if err != nil {
 		return nil, err
@@ -137,5 +137,5 @@ func decodeArgs(obj runtime.Object) (*args.QGPUArgs, error) {
 	return nil, fmt.Errorf("want args of type QGPUArgs, got %T", obj)
 }
 
-// Name implements framework.Plugin.
+// Name implements fwk.Plugin.
 func (p *QGPU) Name() string { return Name }

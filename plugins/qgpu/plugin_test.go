@@ -202,9 +202,9 @@ func TestUnreserveIsIdempotent(t *testing.T) {
 // binpack stretches the raw scores linearly onto [0, 100].
 func TestNormalizeScore(t *testing.T) {
 	p := newPlugin(t, &args.QGPUArgs{NodePolicy: "binpack", CardPolicy: "binpack"})
-	scores := framework.NodeScoreList{{Name: "a", Score: 10}, {Name: "b", Score: 30}, {Name: "c", Score: 20}}
+	scores := fwk.NodeScoreList{{Name: "a", Score: 10}, {Name: "b", Score: 30}, {Name: "c", Score: 20}}
 	p.NormalizeScore(context.Background(), nil, nil, scores)
-	if diff := cmp.Diff(framework.NodeScoreList{{Name: "a", Score: 0}, {Name: "b", Score: 100}, {Name: "c", Score: 50}}, scores); diff != "" {
+	if diff := cmp.Diff(fwk.NodeScoreList{{Name: "a", Score: 0}, {Name: "b", Score: 100}, {Name: "c", Score: 50}}, scores); diff != "" {
 		t.Fatal(diff)
 	}
 }

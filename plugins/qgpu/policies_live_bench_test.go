@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/typical"
@@ -73,11 +74,11 @@ func (c *benchCluster) liveCycle(ctx context.Context, b *testing.B, pod *v1.Pod)
 	if !skip && !st.IsSuccess() {
 		b.Fatalf("PreFilter %s: %v", pod.Name, st)
 	}
-	scores := make(framework.NodeScoreList, 0, len(c.infos))
+	scores := make(fwk.NodeScoreList, 0, len(c.infos))
 	for _, ni := range c.infos {
 		if skip || c.p.Filter(ctx, cs, pod, ni).IsSuccess() {
 			s, _ := c.p.Score(ctx, cs, pod, ni)
-			scores = append(scores, framework.NodeScore{Name: ni.Node().Name, Score: s})
+			scores = append(scores, fwk.NodeScore{Name: ni.Node().Name, Score: s})
 		}
 	}
 	if len(scores) == 0 {

@@ -7,7 +7,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/fastpath"
@@ -21,7 +20,7 @@ import (
 // every later point unless the node policy measures fragmentation (fgd,
 // fragfit): then Score places such a pod by what its CPU strands of the
 // nodes' free cards, and Reserve counts its shape (cpuOnlyCycle).
-func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	req, err := p.parse(pod)
 	if request.UsesClaims(pod) {
 		if st := p.claimStatus(ctx, pod, req, err); st != nil {
@@ -110,12 +109,12 @@ func (p *QGPU) waitSynced(ctx context.Context) bool {
 // is kept, so that Filter names its fault. nil (all nodes) otherwise, and
 // when no node is labelled, so that Filter's per-node reasons say what is
 // missing.
-func (p *QGPU) eligibleNodes(req *request.Request, nodes int) *framework.PreFilterResult {
+func (p *QGPU) eligibleNodes(req *request.Request, nodes int) *fwk.PreFilterResult {
 	names := p.ledger.Eligible(req.Class != protocol.ClassGeneral)
 	if names.Len() == 0 || !narrowingPays(names.Len(), nodes) {
 		return nil
 	}
-	return &framework.PreFilterResult{NodeNames: names}
+	return &fwk.PreFilterResult{NodeNames: names}
 }
 
 // Relative costs per node, rough estimates from CPU profiles of make
@@ -159,9 +158,9 @@ func feasibleToFind(n int) int {
 
 // PreFilterExtensions lets kube-scheduler's preemption simulate removing
 // lower-priority pods (and adding nominated ones) card by card.
-func (p *QGPU) PreFilterExtensions() framework.PreFilterExtensions { return p }
+func (p *QGPU) PreFilterExtensions() fwk.PreFilterExtensions { return p }
 
-// AddPod implements framework.PreFilterExtensions.
+// AddPod implements fwk.PreFilterExtensions.
 func (p *QGPU) AddPod(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, add fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {
@@ -198,7 +197,7 @@ func (p *QGPU) AddPod(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, add fwk
 	return nil
 }
 
-// RemovePod implements framework.PreFilterExtensions.
+// RemovePod implements fwk.PreFilterExtensions.
 func (p *QGPU) RemovePod(ctx context.Context, cs fwk.CycleState, _ *v1.Pod, rm fwk.PodInfo, nodeInfo fwk.NodeInfo) *fwk.Status {
 	s, err := readState(cs)
 	if err != nil {

@@ -14,7 +14,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -121,7 +120,7 @@ func (p *QGPU) quotaReserve(pod *v1.Pod, class protocol.Class, cards []ledger.Ca
 // watchQuota feeds the tally's limits from the qgpu-quota ConfigMap, with
 // an informer of that one object in the scheduler's namespace (RBAC: get,
 // list and watch on it alone; manifests/scheduler/rbac.yaml).
-func (s *shared) watchQuota(ctx context.Context, h framework.Handle) (cache.InformerSynced, error) {
+func (s *shared) watchQuota(ctx context.Context, h fwk.Handle) (cache.InformerSynced, error) {
 	ns := quota.Namespace(os.Getenv)
 	f := informers.NewSharedInformerFactoryWithOptions(h.ClientSet(), 0,
 		informers.WithNamespace(ns),
@@ -146,7 +145,7 @@ func (s *shared) watchQuota(ctx context.Context, h framework.Handle) (cache.Info
 // namespace: quota.Tally) and is reported, naming the field and the value,
 // in the log and as an event on the ConfigMap. When limits
 // changed, the pods waiting for room are retried.
-func (s *shared) quotaChanged(ctx context.Context, h framework.Handle, cm *v1.ConfigMap) {
+func (s *shared) quotaChanged(ctx context.Context, h fwk.Handle, cm *v1.ConfigMap) {
 	logger := klog.FromContext(ctx)
 	specs, errs := quota.ParseConfigMap(cm)
 	changed := s.quota.SetConfigMap(specs, errs)

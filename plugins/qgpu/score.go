@@ -6,7 +6,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/placement"
@@ -64,13 +63,13 @@ func (p *QGPU) evaluate(s *cycleState, n ledger.Node, nodeInfo fwk.NodeInfo) (in
 	return score, ""
 }
 
-// ScoreExtensions implements framework.ScorePlugin.
-func (p *QGPU) ScoreExtensions() framework.ScoreExtensions { return p }
+// ScoreExtensions implements fwk.ScorePlugin.
+func (p *QGPU) ScoreExtensions() fwk.ScoreExtensions { return p }
 
 // NormalizeScore maps the scores to [0, MaxNodeScore] with
 // placement.Normalize (the trace replay normalizes the same way), so that the
 // difference between candidate nodes weighs fully against other plugins.
-func (p *QGPU) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores framework.NodeScoreList) *fwk.Status {
+func (p *QGPU) NormalizeScore(_ context.Context, _ fwk.CycleState, _ *v1.Pod, scores fwk.NodeScoreList) *fwk.Status {
 	raw := make([]int64, len(scores))
 	for i := range scores {
 		raw[i] = scores[i].Score

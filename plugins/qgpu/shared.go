@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/args"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -55,7 +55,7 @@ var processState = struct {
 // sharedFor returns the state of h's informer factory, creating it (and
 // registering the informer handlers) for the first profile. It is dropped
 // when the last profile's context ends.
-func sharedFor(ctx context.Context, h framework.Handle, a *args.QGPUArgs, path *field.Path) (*shared, error) {
+func sharedFor(ctx context.Context, h fwk.Handle, a *args.QGPUArgs, path *field.Path) (*shared, error) {
 	f := h.SharedInformerFactory()
 	processState.Lock()
 	defer processState.Unlock()

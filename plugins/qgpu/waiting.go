@@ -5,7 +5,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/request"
@@ -43,7 +43,7 @@ func newWaitingPods(activate func(klog.Logger, map[string]*v1.Pod)) *waitingPods
 	return &waitingPods{activate: activate, schedulers: map[string]bool{}, pods: map[string]waitingPod{}}
 }
 
-func (w *waitingPods) addScheduler(h framework.Handle) {
+func (w *waitingPods) addScheduler(h fwk.Handle) {
 	if n, ok := h.(profileNamer); ok {
 		w.mu.Lock()
 		w.schedulers[n.ProfileName()] = true

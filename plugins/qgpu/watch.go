@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
-	"k8s.io/kubernetes/pkg/scheduler/framework"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/plugins/qgpu/ledger"
@@ -23,7 +23,7 @@ import (
 // only writers of the ledger besides Reserve and Unreserve: the queueing
 // hints only decide (events.go), and a change that adds room wakes the pods
 // waiting for it (waiting.go).
-func (s *shared) watch(ctx context.Context, h framework.Handle) error {
+func (s *shared) watch(ctx context.Context, h fwk.Handle) error {
 	f := h.SharedInformerFactory()
 	logger := klog.FromContext(ctx)
 	nodes, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -81,7 +81,7 @@ func (s *shared) release(logger klog.Logger, pod *v1.Pod) {
 
 // nodeChanged reads a node into the ledger and, when the change can add
 // room (the same test as the node hint's), wakes the waiting pods.
-func (s *shared) nodeChanged(ctx context.Context, h framework.Handle, old, node *v1.Node) {
+func (s *shared) nodeChanged(ctx context.Context, h fwk.Handle, old, node *v1.Node) {
 	setNode(ctx, h, s.ledger, node)
 	if nodeMayAddRoom(old, node) {
 		s.waiting.wake(klog.FromContext(ctx), node.Labels[protocol.LabelMixedEnable] == protocol.LabelValueEnable)
@@ -98,7 +98,7 @@ func tombstone[T any](obj any) (T, bool) {
 
 // setNode reads a node's inventory into the ledger. A qGPU node without a
 // valid inventory has no cards; the reason goes to an event on the node.
-func setNode(ctx context.Context, h framework.Handle, l *ledger.Ledger, node *v1.Node) {
+func setNode(ctx context.Context, h fwk.Handle, l *ledger.Ledger, node *v1.Node) {
 	var alloc [len(protocol.Resources)]int64
 	for i, name := range protocol.Resources {
 		q := node.Status.Allocatable[v1.ResourceName(name)]

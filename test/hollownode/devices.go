@@ -49,6 +49,7 @@ type deviceContainerManager struct {
 }
 
 type startArgs struct {
+	logger       klog.Logger
 	activePods   devicemanager.ActivePodsFunc
 	sourcesReady config.SourcesReady
 }
@@ -83,7 +84,7 @@ func (m *deviceContainerManager) Start(ctx context.Context, node *v1.Node, activ
 		return err
 	}
 	m.mu.Lock()
-	m.startArg = startArgs{activePods: devicemanager.ActivePodsFunc(activePods), sourcesReady: sourcesReady}
+	m.startArg = startArgs{logger: klog.FromContext(ctx), activePods: devicemanager.ActivePodsFunc(activePods), sourcesReady: sourcesReady}
 	err := m.startLocked()
 	m.mu.Unlock()
 	if err != nil {
@@ -103,7 +104,7 @@ func (m *deviceContainerManager) Start(ctx context.Context, node *v1.Node, activ
 // startLocked starts m.dm with empty container state: the fake runtime has
 // no containers the device manager would need to know about at start.
 func (m *deviceContainerManager) startLocked() error {
-	err := m.dm.Start(m.startArg.activePods, m.startArg.sourcesReady, containermap.NewContainerMap(), sets.New[string]())
+	err := m.dm.Start(m.startArg.logger, m.startArg.activePods, m.startArg.sourcesReady, containermap.NewContainerMap(), sets.New[string]())
 	if err != nil {
 		return fmt.Errorf("starting device manager: %w", err)
 	}
@@ -121,7 +122,7 @@ func (m *deviceContainerManager) RestartDeviceManager() error {
 	if !m.started {
 		return fmt.Errorf("device manager not started yet")
 	}
-	if err := m.dm.Stop(); err != nil {
+	if err := m.dm.Stop(m.startArg.logger); err != nil {
 		klog.ErrorS(err, "Stopping device manager before restart")
 	}
 	dm, err := devicemanager.NewManagerImpl(nil, topologymanager.NewFakeManager())
@@ -134,7 +135,7 @@ func (m *deviceContainerManager) RestartDeviceManager() error {
 
 // Stop stops the device manager, which removes kubelet.sock.
 func (m *deviceContainerManager) Stop() {
-	if err := m.manager().Stop(); err != nil {
+	if err := m.manager().Stop(klog.Background()); err != nil {
 		klog.ErrorS(err, "Stopping device manager")
 	}
 }
@@ -180,7 +181,7 @@ func (h allocateAdmitHandler) Admit(attrs *lifecycle.PodAdmitAttributes) lifecyc
 // container manager does, and remembers the environment for the recorder.
 func (m *deviceContainerManager) GetResources(ctx context.Context, pod *v1.Pod, container *v1.Container) (*kubecontainer.RunContainerOptions, error) {
 	opts := &kubecontainer.RunContainerOptions{}
-	devOpts, err := m.manager().GetDeviceRunContainerOptions(pod, container)
+	devOpts, err := m.manager().GetDeviceRunContainerOptions(ctx, pod, container)
 	if err != nil {
 		return nil, err
 	}

@@ -27,10 +27,12 @@ import (
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
-// TestDRA runs the agent in DRA mode against a real kube-apiserver 1.34,
-// with the test as the kubelet's plugin watcher (it registers the plugin
-// through its registration socket, as the kubelet does). With the
-// DRAConsumableCapacity gate off (the default) the API server drops the
+// TestDRA runs the agent in DRA mode against a real kube-apiserver (1.35
+// in process; make integration-skew's binaries), with the test as the
+// kubelet's plugin watcher (it registers the plugin through its
+// registration socket, as the kubelet does). With the
+// DRAConsumableCapacity gate off (the default through 1.35; beta and on by
+// default from 1.36, so the case turns it off by flag) the API server drops the
 // devices' allowMultipleAllocations and requestPolicy: the agent reads its
 // slice back, withdraws its devices, reports not ready, sets
 // qgpu_dra_consumable_capacity to 0 and records QGPUDRACapacityDropped on
@@ -41,7 +43,7 @@ func TestDRA(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Run("gate off", func(t *testing.T) {
-		cp := harness.StartWith(t, harness.ControlPlaneOptions{})
+		cp := harness.StartWith(t, harness.ControlPlaneOptions{ExtraFlags: []string{"--feature-gates=DRAConsumableCapacity=false"}})
 		addr := startDRAAgent(t, cp, bin, "dra-off")
 		waitProbe(t, addr, "/readyz", http.StatusServiceUnavailable, "[-]resourceslice failed", "DRAConsumableCapacity", "[+]kubelet-plugin ok")
 		waitMetric(t, addr, "qgpu_dra_consumable_capacity 0")

@@ -17,7 +17,7 @@ import (
 )
 
 // TestPodDefaultsPolicy applies manifests/overlays/pod-defaults to a real
-// kube-apiserver 1.34 with the MutatingAdmissionPolicy feature gate and the
+// kube-apiserver 1.35 with the MutatingAdmissionPolicy feature gate and the
 // v1beta1 API on, as the overlay asks of a cluster, and creates pods of
 // every vocabulary and some that must be left alone (server-side dry run:
 // admission runs, nothing is stored).

@@ -19,7 +19,7 @@ import (
 )
 
 // TestRouteCPUPodsPolicy applies manifests/overlays/route-cpu-pods beside
-// manifests/overlays/pod-defaults to a real kube-apiserver 1.34 with the
+// manifests/overlays/pod-defaults to a real kube-apiserver 1.35 with the
 // MutatingAdmissionPolicy feature gate and the v1beta1 API on, and creates
 // pods by server-side dry run: only pods left to the default scheduler that
 // ask for no GPU and tolerate the policy's taint (nvidia.com/gpu=present:
