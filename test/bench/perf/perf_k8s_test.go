@@ -1,0 +1,99 @@
+package perf
+
+// The Kubernetes-version-dependent part of make bench-perf, kept to this
+// file: scheduler_perf's entry points, the framework's plugin registry and
+// the no-op plugin's signatures (Kubernetes v1.34; the move to v1.35 moves
+// the plugin interfaces to k8s.io/kube-scheduler/framework).
+
+import (
+	"context"
+	"flag"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	benchmark "k8s.io/kubernetes/test/integration/scheduler_perf"
+
+	// Registers the qgpu args (kind QGPUArgs) in kube-scheduler's scheme,
+	// which scheduler_perf decodes the profile with.
+	_ "github.com/qgpu-scheduler/qgpu/config/args/v1"
+	"github.com/qgpu-scheduler/qgpu/plugins/qgpu"
+)
+
+// initScheduler is scheduler_perf's InitTests: its flags (-data-items-dir,
+// -perf-scheduling-label-filter, logging) and the logging setup.
+func initScheduler() error { return benchmark.InitTests() }
+
+// setDataItemsDir points scheduler_perf's JSON output at dir.
+func setDataItemsDir(dir string) error { return flag.Set("data-items-dir", dir) }
+
+// runPerf runs scheduler_perf's benchmark on the test cases of configFile
+// with QGPU and the no-op plugin registered, as cmd/qgpu-scheduler
+// registers QGPU (command.Options); its per-plugin metrics include both.
+func runPerf(b *testing.B, configFile, topic string) {
+	benchmark.RunBenchmarkPerfScheduling(b, configFile, topic, frameworkruntime.Registry{
+		qgpu.Name: qgpu.New,
+		NoopName:  newNoop,
+	})
+}
+
+func init() {
+	benchmark.PluginNames = append(benchmark.PluginNames, qgpu.Name, NoopName)
+}
+
+// NoopName is the no-op plugin's name in the no-op profile.
+const NoopName = "QGPUNoop"
+
+// noop registers the extension points QGPU implements and does nothing at
+// any of them: every node passes, every score is 0, Bind and PreBind are
+// skipped (DefaultBinder binds, as it binds QGPU's pods where QGPU skips).
+// It registers no cluster events: it never rejects a pod.
+type noop struct{}
+
+var (
+	_ framework.PreFilterPlugin   = noop{}
+	_ framework.FilterPlugin      = noop{}
+	_ framework.ScorePlugin       = noop{}
+	_ framework.ReservePlugin     = noop{}
+	_ framework.PreBindPlugin     = noop{}
+	_ framework.BindPlugin        = noop{}
+	_ framework.EnqueueExtensions = noop{}
+)
+
+func newNoop(context.Context, runtime.Object, framework.Handle) (framework.Plugin, error) {
+	return noop{}, nil
+}
+
+func (noop) Name() string { return NoopName }
+
+func (noop) PreFilter(context.Context, fwk.CycleState, *v1.Pod, []fwk.NodeInfo) (*framework.PreFilterResult, *fwk.Status) {
+	return nil, nil
+}
+func (noop) PreFilterExtensions() framework.PreFilterExtensions { return noop{} }
+func (noop) AddPod(context.Context, fwk.CycleState, *v1.Pod, fwk.PodInfo, fwk.NodeInfo) *fwk.Status {
+	return nil
+}
+func (noop) RemovePod(context.Context, fwk.CycleState, *v1.Pod, fwk.PodInfo, fwk.NodeInfo) *fwk.Status {
+	return nil
+}
+func (noop) Filter(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeInfo) *fwk.Status { return nil }
+func (noop) Score(context.Context, fwk.CycleState, *v1.Pod, fwk.NodeInfo) (int64, *fwk.Status) {
+	return 0, nil
+}
+func (noop) ScoreExtensions() framework.ScoreExtensions { return noop{} }
+func (noop) NormalizeScore(context.Context, fwk.CycleState, *v1.Pod, framework.NodeScoreList) *fwk.Status {
+	return nil
+}
+func (noop) Reserve(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status { return nil }
+func (noop) Unreserve(context.Context, fwk.CycleState, *v1.Pod, string)           {}
+func (noop) PreBindPreFlight(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status {
+	return fwk.NewStatus(fwk.Skip)
+}
+func (noop) PreBind(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status { return nil }
+func (noop) Bind(context.Context, fwk.CycleState, *v1.Pod, string) *fwk.Status {
+	return fwk.NewStatus(fwk.Skip)
+}
+func (noop) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) { return nil, nil }
