@@ -262,7 +262,7 @@ bench-perf: _output/bench-perf/bin/etcd
 	{ cd test/bench/perf && PATH=$(abspath _output/bench-perf/bin):$$PATH ARTIFACTS=$(abspath _output/bench-perf/logs) \
 	  QGPU_TRACES=$(abspath $(QGPU_TRACES)) $(GO) test -run=NONE -bench=BenchmarkPerf -benchtime=1ns -timeout=180m . \
 	  -perf-nodes=$(PERF_NODES) -perf-runs=$(PERF_RUNS) -perf-out=$(abspath _output/bench-perf/results); \
-	  echo $$? >$(abspath _output/bench-perf/rc); } 2>&1 | tee _output/bench-perf/bench.log | grep --line-buffered -E '^(bench-perf|  |ok|FAIL|--- FAIL)'; \
+	  echo $$? >$(abspath _output/bench-perf/rc); } 2>&1 | tee _output/bench-perf/bench.log | grep --line-buffered -E '^(bench-perf|  [A-Z]|ok|FAIL|--- FAIL)'; \
 	  exit $$(cat _output/bench-perf/rc)
 
 # The FGD paper's trace replay, every policy, both modes; CSV and plot in

@@ -19,6 +19,7 @@ var (
 	flagNodes   = flag.String("perf-nodes", "500", "comma-separated cluster sizes (nodes sampled from the trace's node list)")
 	flagRuns    = flag.Int("perf-runs", 3, "runs per size; each runs the three cases, each in a fresh etcd, apiserver and scheduler")
 	flagProfile = flag.String("perf-profile", "../../../config/qgpu-scheduler.yaml", "the QGPU profile")
+	flagPods    = flag.String("perf-pods", "openb_pod_list_default.csv", "the trace's pod list in $QGPU_TRACES")
 	flagOut     = flag.String("perf-out", "", "directory for scheduler_perf's JSON results and the generated templates (default: a temporary one)")
 )
 
@@ -40,9 +41,13 @@ func BenchmarkPerf(b *testing.B) {
 	if _, err := exec.LookPath("etcd"); err != nil {
 		b.Fatalf("scheduler_perf starts an etcd binary from PATH: %v (make bench-perf builds one into _output/bin)", err)
 	}
-	trace, err := tracepods.FromEnv()
-	if err != nil {
-		b.Fatal(err)
+	trace := tracepods.Generated()
+	if dir := os.Getenv("QGPU_TRACES"); dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, *flagPods)); err == nil {
+			if trace, err = tracepods.Read(dir, *flagPods); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	if trace.Source == "generated" {
 		if os.Getenv("QGPU_TRACES_REQUIRED") == "1" {

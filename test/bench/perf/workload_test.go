@@ -3,6 +3,7 @@ package perf
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"text/template"
@@ -196,12 +197,13 @@ func TestCaseOf(t *testing.T) {
 // TestTraceWorkload sizes the openb trace's workload where QGPU_TRACES
 // holds it (make bench-perf's), and logs it.
 func TestTraceWorkload(t *testing.T) {
-	trace, err := tracepods.FromEnv()
+	dir := os.Getenv("QGPU_TRACES")
+	if _, err := os.Stat(filepath.Join(dir, "openb_pod_list_default.csv")); dir == "" || err != nil {
+		t.Skip("QGPU_TRACES holds no openb trace")
+	}
+	trace, err := tracepods.Read(dir, "openb_pod_list_default.csv")
 	if err != nil {
 		t.Fatal(err)
-	}
-	if trace.Source == "generated" {
-		t.Skip("QGPU_TRACES holds no openb trace")
 	}
 	for _, nodes := range []int{500, 5000} {
 		w, err := NewWorkload(trace, nodes, DefaultSizing)
@@ -210,6 +212,11 @@ func TestTraceWorkload(t *testing.T) {
 		}
 		if w.SkippedMultiCard == 0 || len(w.Measured) < nodes {
 			t.Errorf("%d nodes: %s", nodes, w.Describe())
+		}
+		for _, p := range append(append([]sim.Pod{}, w.Fill...), w.Measured...) {
+			if len(p.Models) > 0 {
+				t.Fatalf("pod %s keeps its model filter %v", p.Name, p.Models)
+			}
 		}
 		t.Log(w.Describe())
 	}
