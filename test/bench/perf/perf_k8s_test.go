@@ -15,6 +15,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
 	benchmark "k8s.io/kubernetes/test/integration/scheduler_perf"
 
 	// Registers the qgpu args (kind QGPUArgs) in kube-scheduler's scheme,
@@ -40,8 +41,23 @@ func runPerf(b *testing.B, configFile, topic string) {
 	})
 }
 
-func init() {
-	benchmark.PluginNames = append(benchmark.PluginNames, qgpu.Name, NoopName)
+// metricsConfig is scheduler_perf's default metrics collector
+// configuration (scheduler_perf.go, defaultMetricsCollectorConfig) with
+// QGPU and the no-op plugin among the plugins whose execution time it
+// collects: the default captured benchmark.PluginNames at its
+// initialisation. For RunConfig's metricsCollectorConfig.
+func metricsConfig() map[string]any {
+	type lv = map[string]any
+	points := metrics.ExtentionPoints
+	plugins := append(append([]string(nil), benchmark.PluginNames...), qgpu.Name, NoopName)
+	return map[string]any{"metrics": map[string]any{
+		"scheduler_framework_extension_point_duration_seconds": []lv{{"label": "extension_point", "values": points}},
+		"scheduler_scheduling_attempt_duration_seconds": []lv{{"label": "result",
+			"values": []string{metrics.ScheduledResult, metrics.UnschedulableResult, metrics.ErrorResult}}},
+		"scheduler_pod_scheduling_duration_seconds": nil,
+		"scheduler_plugin_execution_duration_seconds": []lv{{"label": "plugin", "values": plugins},
+			{"label": "extension_point", "values": points}},
+	}}
 }
 
 // NoopName is the no-op plugin's name in the no-op profile.

@@ -87,7 +87,7 @@ func BenchmarkPerf(b *testing.B) {
 		fmt.Printf("bench-perf %d nodes: %s\n", nodes, w.Describe())
 		var runs []runResult
 		for r := range *flagRuns {
-			cfg, err := files.RunConfig(r, w, profile)
+			cfg, err := files.RunConfig(r, w, profile, metricsConfig())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -240,8 +240,8 @@ func summary(nodes int, runs []runResult) string {
 	}
 	const pe = "scheduler_plugin_execution_duration_seconds"
 	fmt.Fprintf(&sb, "\nbench-perf %d nodes plugin execution (sampled cycles), ms p50/p99 (median over runs):", nodes)
-	for _, point := range []string{"PreFilter", "Filter", "Score", "NormalizeScore", "Reserve", "Bind"} {
-		fmt.Fprintf(&sb, "\n  %-14s QGPU %s  QGPUNoop %s", point,
+	for _, point := range []string{"PreFilter", "Filter", "Score", "ScoreExtensionNormalize", "Reserve", "PreBind", "Bind"} {
+		fmt.Fprintf(&sb, "\n  %-23s QGPU %s  QGPUNoop %s", point,
 			quantiles(runs, CaseQGPU, pe, map[string]string{"plugin": "QGPU", "extension_point": point}),
 			quantiles(runs, CaseNoop, pe, map[string]string{"plugin": NoopName, "extension_point": point}))
 	}

@@ -459,8 +459,9 @@ func NoopProfile(profile []byte, from, to string) ([]byte, error) {
 // nodes, the init pods (namespace init, not measured) and the measured pods
 // (namespace measured, metrics collected). qgpuProfile is the QGPU
 // profile's path; the stock case runs kube-scheduler's default
-// configuration (no file).
-func (f *Files) RunConfig(r int, w *Workload, qgpuProfile string) (string, error) {
+// configuration (no file). metrics is each test case's
+// metricsCollectorConfig (nil: scheduler_perf's default).
+func (f *Files) RunConfig(r int, w *Workload, qgpuProfile string, metrics any) (string, error) {
 	type op = map[string]any
 	var cases []map[string]any
 	for _, c := range Order(r) {
@@ -481,6 +482,9 @@ func (f *Files) RunConfig(r int, w *Workload, qgpuProfile string) (string, error
 				"labels": []string{"performance"},
 				"params": map[string]int{"nodes": len(w.Nodes), "initPods": len(w.Fill), "measuredPods": len(w.Measured)},
 			}},
+		}
+		if metrics != nil {
+			tc["metricsCollectorConfig"] = metrics
 		}
 		switch c {
 		case CaseQGPU:

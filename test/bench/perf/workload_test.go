@@ -131,7 +131,7 @@ func TestWorkloadTemplates(t *testing.T) {
 		t.Fatalf("no-op profile:\n%s", noop)
 	}
 	for r := range 3 {
-		cfg, err := files.RunConfig(r, w, "/qgpu.yaml")
+		cfg, err := files.RunConfig(r, w, "/qgpu.yaml", metricsConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestWorkloadTemplates(t *testing.T) {
 		if err := yaml.Unmarshal(raw, &cases); err != nil {
 			t.Fatal(err)
 		}
-		if len(cases) != 3 || cases[0]["name"] != Order(r)[0] {
+		if len(cases) != 3 || cases[0]["name"] != Order(r)[0] || cases[0]["metricsCollectorConfig"] == nil {
 			t.Fatalf("run %d: cases %v", r, cases)
 		}
 	}
