@@ -250,6 +250,10 @@ bench-throughput:
 # component logs in _output/bench-perf/logs (kept only for failed cases).
 PERF_NODES ?= 500
 PERF_RUNS ?= 3
+# PERF_FILL / PERF_MEASURE: the init and measured pods' shares of the cards
+# (default 0.35 and 0.30, test/bench/perf's DefaultSizing).
+PERF_FILL ?= 0.35
+PERF_MEASURE ?= 0.30
 ETCD_VERSION := $(shell awk '$$1 == "require" && $$2 == "go.etcd.io/etcd/server/v3" {print $$3}' hack/tools/etcd/go.mod)
 ETCD_BIN := _output/bin/etcd-$(ETCD_VERSION)
 $(ETCD_BIN): hack/tools/etcd/go.mod
@@ -261,7 +265,7 @@ bench-perf: _output/bench-perf/bin/etcd
 	@rm -rf _output/bench-perf/results _output/bench-perf/logs; mkdir -p _output/bench-perf/results _output/bench-perf/logs
 	{ cd test/bench/perf && PATH=$(abspath _output/bench-perf/bin):$$PATH ARTIFACTS=$(abspath _output/bench-perf/logs) \
 	  QGPU_TRACES=$(abspath $(QGPU_TRACES)) $(GO) test -run=NONE -bench=BenchmarkPerf -benchtime=1ns -timeout=180m . \
-	  -perf-nodes=$(PERF_NODES) -perf-runs=$(PERF_RUNS) -perf-out=$(abspath _output/bench-perf/results); \
+	  -perf-nodes=$(PERF_NODES) -perf-runs=$(PERF_RUNS) -perf-fill=$(PERF_FILL) -perf-measure=$(PERF_MEASURE) -perf-out=$(abspath _output/bench-perf/results); \
 	  echo $$? >$(abspath _output/bench-perf/rc); } 2>&1 | tee _output/bench-perf/bench.log | grep --line-buffered -E '^(bench-perf|  [A-Z]|ok|FAIL|--- FAIL)'; \
 	  exit $$(cat _output/bench-perf/rc)
 

@@ -20,6 +20,8 @@ var (
 	flagRuns    = flag.Int("perf-runs", 3, "runs per size; each runs the three cases, each in a fresh etcd, apiserver and scheduler")
 	flagProfile = flag.String("perf-profile", "../../../config/qgpu-scheduler.yaml", "the QGPU profile")
 	flagPods    = flag.String("perf-pods", "openb_pod_list_default.csv", "the trace's pod list in $QGPU_TRACES")
+	flagFill    = flag.Float64("perf-fill", DefaultSizing.Fill, "init pods' share of the cards (whole, as the stock case takes them)")
+	flagMeasure = flag.Float64("perf-measure", DefaultSizing.Measure, "measured pods' share of the cards after the init pods")
 	flagOut     = flag.String("perf-out", "", "directory for scheduler_perf's JSON results and the generated templates (default: a temporary one)")
 )
 
@@ -72,7 +74,7 @@ func BenchmarkPerf(b *testing.B) {
 		if err != nil {
 			b.Fatalf("-perf-nodes: %v", err)
 		}
-		w, err := NewWorkload(trace, nodes, DefaultSizing)
+		w, err := NewWorkload(trace, nodes, Sizing{Fill: *flagFill, Measure: *flagMeasure})
 		if err != nil {
 			b.Fatal(err)
 		}
