@@ -24,7 +24,7 @@ LDFLAGS := -X $(VERSION_PKG).Version=$(VERSION) \
 # make images / make push: <IMAGE_REPO>/<name>:<VERSION>.
 IMAGE_REPO ?= ghcr.io/qgpu-scheduler
 
-.PHONY: all build kustomize version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput replay clean integration-skew playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list gpu-check
+.PHONY: all build kustomize version-check images push e2e-binaries e2e-node test unit race fuzz-short fuzz integration lint bench bench-throughput bench-perf replay clean integration-skew playground playground-up playground-down playground-colocation chaos manifests mutants mutants-list gpu-check
 
 all: build
 
@@ -238,6 +238,38 @@ THROUGHPUT_TRACE = $(abspath $(QGPU_TRACES))/openb_pod_list_gpuspec10.csv
 bench-throughput:
 	@mkdir -p _output
 	$(GO) run ./test/bench/throughput $(if $(filter large,$(SIZE)),--nodes 5000 --pods 20000 --rounds 2,--nodes 500 --pods 4000) $(if $(wildcard $(THROUGHPUT_TRACE)),--pods-from $(THROUGHPUT_TRACE)) 2>_output/bench-throughput.log
+
+# Kubernetes' own scheduler benchmark, scheduler_perf, on the openb trace's
+# nodes and pod shapes (test/bench/perf, docs/performance.md#scheduler_perf):
+# the QGPU profile, the same profile with a no-op plugin in QGPU's place,
+# and stock kube-scheduler with whole-card pods, each in a fresh etcd,
+# apiserver and scheduler; per size and run, SchedulingThroughput per case
+# and the ratios `qgpu/no-op X` and `qgpu/stock Y`, then the
+# per-extension-point latencies. PERF_NODES (default 500; 500,5000 for
+# both), PERF_RUNS (default 3). Not part of make test (minutes per run).
+# scheduler_perf starts an etcd binary from PATH: the one pinned in
+# hack/tools/etcd. JSON results and templates in _output/bench-perf,
+# component logs in _output/bench-perf/logs (kept only for failed cases).
+PERF_NODES ?= 500
+PERF_RUNS ?= 3
+# PERF_FILL / PERF_MEASURE: the init and measured pods' shares of the cards
+# (default 0.35 and 0.30, test/bench/perf's DefaultSizing).
+PERF_FILL ?= 0.35
+PERF_MEASURE ?= 0.30
+ETCD_VERSION := $(shell awk '$$1 == "require" && $$2 == "go.etcd.io/etcd/server/v3" {print $$3}' hack/tools/etcd/go.mod)
+ETCD_BIN := _output/bin/etcd-$(ETCD_VERSION)
+$(ETCD_BIN): hack/tools/etcd/go.mod
+	$(GO) -C hack/tools/etcd build -o $(abspath $@) go.etcd.io/etcd/server/v3
+_output/bench-perf/bin/etcd: $(ETCD_BIN)
+	@mkdir -p $(@D)
+	ln -sf $(abspath $(ETCD_BIN)) $@
+bench-perf: _output/bench-perf/bin/etcd
+	@rm -rf _output/bench-perf/results _output/bench-perf/logs; mkdir -p _output/bench-perf/results _output/bench-perf/logs
+	{ cd test/bench/perf && PATH=$(abspath _output/bench-perf/bin):$$PATH ARTIFACTS=$(abspath _output/bench-perf/logs) \
+	  QGPU_TRACES=$(abspath $(QGPU_TRACES)) $(GO) test -run=NONE -bench=BenchmarkPerf -benchtime=1ns -timeout=180m . \
+	  -perf-nodes=$(PERF_NODES) -perf-runs=$(PERF_RUNS) -perf-fill=$(PERF_FILL) -perf-measure=$(PERF_MEASURE) -perf-out=$(abspath _output/bench-perf/results); \
+	  echo $$? >$(abspath _output/bench-perf/rc); } 2>&1 | tee _output/bench-perf/bench.log | grep --line-buffered -E '^(bench-perf|  [A-Z]|ok|FAIL|--- FAIL)'; \
+	  exit $$(cat _output/bench-perf/rc)
 
 # The FGD paper's trace replay, every policy, both modes; CSV and plot in
 # _output/replay (docs/performance.md). hack/fetch-traces.sh fetches the
