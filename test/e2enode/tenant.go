@@ -546,9 +546,11 @@ func (t *tenantSuite) claimJoin(n *node) {
 	}
 	t.refused(key, fmt.Sprintf("the ledger counting the claim by claim: %s runs on the other card, %s stays Pending", running, pending))
 	// Control: release the claim (B deleted, the claim deleted); the
-	// pending pod made again is placed on the card the claim held. (Made
-	// again: the scheduler does not requeue a pod when another pod's claim
-	// goes, so the pending one would wait for the periodic flush.)
+	// pending pod made again is placed on the card the claim held. (The
+	// pending pod itself is placed as soon as the claim is deallocated:
+	// the ledger's claim handler wakes the waiting pods, and in the run of
+	// 2026-11-28 11:50 the scheduler bound it 3 s after B went, before this
+	// deleted it. Making it again keeps the control independent of that.)
 	_ = t.tenant.CoreV1().Pods(tenantNamespace).Delete(t.ctx, "tenant-claim-b", metav1.DeleteOptions{})
 	_ = waitGone(t.ctx, t.cp, tenantNamespace, "tenant-claim-b")
 	_ = claims.Delete(t.ctx, name, metav1.DeleteOptions{})
