@@ -87,7 +87,7 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 	if err != nil {
 		return nil, err
 	}
-	if err := socketPathsFit(dir, chaosNodes(true)); err != nil {
+	if err := socketPathsFit(dir, chaosNodes); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func startEnv(ctx context.Context, o options, seed int64, r chaosRun) (*env, err
 		refused: map[types.UID]string{}, dra: true, claimed: map[types.UID]bool{}, claimNames: map[string]bool{}}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	nodes, err := harness.ParseNodes(chaosNodes(e.dra))
+	nodes, err := harness.ParseNodes(chaosNodes)
 	if err != nil {
 		return nil, err
 	}
@@ -217,17 +217,11 @@ func socketPathsFit(dir, nodes string) error {
 	return nil
 }
 
-// chaosNodes are a run's nodes: harness.DefaultNodes, and with claimed
-// pods (every run; false is for tests) two DRA nodes (harness
-// NodeSpec.DRA), a plain one and a mixed one, whose agents serve the
-// claims as DRA kubelet plugins and whose hollow kubelets prepare them
-// (claims.go).
-func chaosNodes(dra bool) string {
-	if !dra {
-		return harness.DefaultNodes
-	}
-	return harness.DefaultNodes + ",dra-0:2xT4:dra,dra-mixed-0:2xV100:mixed:dra"
-}
+// chaosNodes are every run's nodes: harness.DefaultNodes and two DRA
+// nodes (harness NodeSpec.DRA), a plain one and a mixed one, whose agents
+// serve the claimed pods' claims as DRA kubelet plugins and whose hollow
+// kubelets prepare them (claims.go).
+const chaosNodes = harness.DefaultNodes + ",dra-0:2xT4:dra,dra-mixed-0:2xV100:mixed:dra"
 
 // maxSocketPath is the longest unix socket path Go can dial on Linux
 // (sun_path is 108 bytes with the terminating NUL).
