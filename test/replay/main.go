@@ -4,7 +4,7 @@
 //	go run ./test/replay --nodes N.csv --pods P.csv --policy all --seeds 42-51 [--mode paper|qgpu] [--typical trace|online] [--out DIR]
 //	go run ./test/replay --nodes N.csv --pods P.csv --typical online --failover-at 90 [--failover-learner rebuilt|cold] ...
 //	go run ./test/replay ... [--churn-load 1 [--churn-warmup 1] [--churn-window 2]] [--default-cpu-pods 100]
-//	go run ./test/replay ... --policy fragfit [--fragfit-parts card,cpuonly,strand,order] [--strand-weight 1] [--salt-order]
+//	go run ./test/replay ... --policy fragfit [--fragfit-parts card,cpuonly,strand,order] [--strand-weight 1] [--strand-before capacity|left] [--salt-order]
 //	go run ./test/replay validate --traces DIR [--seeds 42-51]
 package main
 

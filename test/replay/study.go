@@ -23,6 +23,7 @@ type studyFlags struct {
 	parts        string
 	strandWeight float64
 	saltOrder    bool
+	strandBefore string
 }
 
 func addStudyFlags(fs *flag.FlagSet) *studyFlags {
@@ -34,6 +35,7 @@ func addStudyFlags(fs *flag.FlagSet) *studyFlags {
 	fs.StringVar(&f.parts, "fragfit-parts", "all", "the parts of fragfit kept: all, none, or a comma list of "+strings.Join(fragFitParts, ", "))
 	fs.Float64Var(&f.strandWeight, "strand-weight", 1, "the weight of fragfit's stranded term")
 	fs.BoolVar(&f.saltOrder, "salt-order", false, "salt fragfit's fixed node order with the seed")
+	fs.StringVar(&f.strandBefore, "strand-before", "capacity", "what fragfit measures a node's stranded capacity before the pod against: capacity (its free CPU, at least its CPU capacity's share for the free cards: shipped) or left (the free CPU alone, fragfit before issue 42)")
 	return f
 }
 
@@ -80,6 +82,13 @@ func (f *studyFlags) apply(base *sim.Config, policies []placement.Policy) error 
 	if f.strandWeight != 1 {
 		opts.StrandWeight = f.strandWeight
 	}
+	switch f.strandBefore {
+	case "capacity":
+	case "left":
+		opts.StrandBeforeLeft = true
+	default:
+		return fmt.Errorf("--strand-before %q: want capacity or left", f.strandBefore)
+	}
 	for _, p := range policies {
 		switch {
 		case sim.IsPort(p) && f.churn.On():
@@ -90,7 +99,7 @@ func (f *studyFlags) apply(base *sim.Config, policies []placement.Policy) error 
 	}
 	studied := opts != placement.FragFitOptions{} || f.saltOrder
 	if studied && !slices.Contains(policies, placement.FragFit) {
-		return fmt.Errorf("--fragfit-parts %q, --strand-weight %v, --salt-order %v: only fragfit reads them, and --policy has no fragfit", f.parts, f.strandWeight, f.saltOrder)
+		return fmt.Errorf("--fragfit-parts %q, --strand-weight %v, --strand-before %s, --salt-order %v: only fragfit reads them, and --policy has no fragfit", f.parts, f.strandWeight, f.strandBefore, f.saltOrder)
 	}
 	base.Churn, base.DefaultCPUPct, base.FragFit, base.SaltRank = f.churn, f.defaultCPU, opts, f.saltOrder
 	return nil

@@ -46,6 +46,8 @@ func TestStudyFlagsRefused(t *testing.T) {
 		{[]string{"--strand-weight", "0"}, fragfit, []string{"strand-weight", "0"}},
 		{[]string{"--strand-weight", "-0.5"}, fragfit, []string{"strand-weight", "-0.5"}},
 		{[]string{"--salt-order"}, []placement.Policy{placement.Binpack}, []string{"salt-order", "true", "no fragfit"}},
+		{[]string{"--strand-before", "free"}, fragfit, []string{"strand-before", `"free"`}},
+		{[]string{"--strand-before", "left"}, []placement.Policy{placement.FGD}, []string{"strand-before", "left", "no fragfit"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -75,6 +77,8 @@ func TestStudyFlagsApplied(t *testing.T) {
 		{[]string{"--fragfit-parts", "none"}, sim.Config{FragFit: placement.FragFitOptions{FGDCard: true, NoCPUOnlyFit: true, NoStrand: true, NoRank: true}}},
 		{[]string{"--fragfit-parts", "strand, order"}, sim.Config{FragFit: placement.FragFitOptions{FGDCard: true, NoCPUOnlyFit: true}}},
 		{[]string{"--strand-weight", "2", "--salt-order"}, sim.Config{FragFit: placement.FragFitOptions{StrandWeight: 2}, SaltRank: true}},
+		{[]string{"--strand-before", "capacity"}, sim.Config{}},
+		{[]string{"--strand-before", "left"}, sim.Config{FragFit: placement.FragFitOptions{StrandBeforeLeft: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {

@@ -89,6 +89,39 @@ func strandAt(cards []ledger.Card, cpuLeft int64, perMilli float64) float64 {
 	return max(0, float64(free)-float64(max(cpuLeft, 0))/perMilli)
 }
 
+// strandBefore is the stranded capacity fragfit counts in a node's
+// fragmentation before the pod: measured against what the node can still
+// give relative to its capacity, its free CPU taken as at least its CPU
+// capacity's share for its free cards (cpuCap × free / capacity). A node
+// whose cards freed while CPU stayed held (CPU-only pods placed beside an
+// 8-card pod that then left: every card free, part of the CPU taken)
+// would otherwise show those free cards as stranded before the pod, and
+// any pod bringing less CPU per card than the workload's average would
+// lower that figure there: small pods were drawn to exactly the emptied
+// big nodes that multi-card pods need (issue 42). Measured this way the
+// held CPU is charged to the pod that breaks into the node (the measure
+// after the pod, strandAt, reads the CPU left as it is), and a node's own
+// make-up (fewer cores per card than the workload brings) still counts
+// before and after alike. left measures before against the CPU left, as
+// fragfit did until issue 42 (FragFitOptions.StrandBeforeLeft).
+func strandBefore(cards []ledger.Card, cpuLeft, cpuCap int64, perMilli float64, left bool) float64 {
+	if perMilli == 0 {
+		return 0
+	}
+	var free, capacity int64
+	for i := range cards {
+		free += CardFree(&cards[i])
+		if cards[i].Healthy {
+			capacity += 1000
+		}
+	}
+	cpu := float64(max(cpuLeft, 0))
+	if !left && capacity > 0 {
+		cpu = max(cpu, float64(cpuCap)*float64(free)/float64(capacity))
+	}
+	return max(0, float64(free)-cpu/perMilli)
+}
+
 // fgdScore is the simulator's score: sigmoid of the fragmentation decrease
 // in cards, scaled to MaxScore and truncated to an integer as it was.
 func fgdScore(before, after float64) int64 {

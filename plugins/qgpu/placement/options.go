@@ -19,6 +19,10 @@ type FragFitOptions struct {
 	NoRank bool
 	// StrandWeight multiplies the stranded capacity; 0 means 1.
 	StrandWeight float64
+	// StrandBeforeLeft measures the stranded capacity before the pod
+	// against the node's CPU left, as fragfit did until issue 42, instead
+	// of against its capacity's share for the free cards (strandBefore).
+	StrandBeforeLeft bool
 }
 
 // fragFit is the env's options, the shipped ones without an env.

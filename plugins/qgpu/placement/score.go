@@ -71,7 +71,7 @@ func Evaluate(cards []ledger.Card, mixed bool, req *request.Request, cardPolicy,
 		before = fragBefore(cards, env)
 		if nodePolicy == FragFit && opts.strandWeight() != 0 {
 			cpuPerMilli = env.cpuPerMilli(cards)
-			before += opts.strandWeight() * strandAt(cards, env.CPULeft, cpuPerMilli)
+			before += opts.strandWeight() * strandBefore(cards, env.CPULeft, env.CPUCap, cpuPerMilli, opts.StrandBeforeLeft)
 		}
 	}
 	placed, reason := PlaceIn(cards, mixed, req, cardPolicy, env, out)
