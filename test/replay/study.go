@@ -35,7 +35,7 @@ func addStudyFlags(fs *flag.FlagSet) *studyFlags {
 	fs.StringVar(&f.parts, "fragfit-parts", "all", "the parts of fragfit kept: all, none, or a comma list of "+strings.Join(fragFitParts, ", "))
 	fs.Float64Var(&f.strandWeight, "strand-weight", 1, "the weight of fragfit's stranded term")
 	fs.BoolVar(&f.saltOrder, "salt-order", false, "salt fragfit's fixed node order with the seed")
-	fs.StringVar(&f.strandBefore, "strand-before", "capacity", "what fragfit measures a node's stranded capacity before the pod against: capacity (its free CPU, at least its CPU capacity's share for the free cards: shipped) or left (the free CPU alone, fragfit before issue 42)")
+	fs.StringVar(&f.strandBefore, "strand-before", "capacity", "what fragfit measures a node's stranded capacity before the pod against: capacity (a node whose cards are all free against its CPU capacity, others against the CPU left: shipped) or left (every node against the CPU left, fragfit before issue 42)")
 	return f
 }
 

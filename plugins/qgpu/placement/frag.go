@@ -90,20 +90,24 @@ func strandAt(cards []ledger.Card, cpuLeft int64, perMilli float64) float64 {
 }
 
 // strandBefore is the stranded capacity fragfit counts in a node's
-// fragmentation before the pod: measured against what the node can still
-// give relative to its capacity, its free CPU taken as at least its CPU
-// capacity's share for its free cards (cpuCap × free / capacity). A node
-// whose cards freed while CPU stayed held (CPU-only pods placed beside an
-// 8-card pod that then left: every card free, part of the CPU taken)
-// would otherwise show those free cards as stranded before the pod, and
-// any pod bringing less CPU per card than the workload's average would
-// lower that figure there: small pods were drawn to exactly the emptied
-// big nodes that multi-card pods need (issue 42). Measured this way the
-// held CPU is charged to the pod that breaks into the node (the measure
-// after the pod, strandAt, reads the CPU left as it is), and a node's own
-// make-up (fewer cores per card than the workload brings) still counts
-// before and after alike. left measures before against the CPU left, as
-// fragfit did until issue 42 (FragFitOptions.StrandBeforeLeft).
+// fragmentation before the pod. A node whose cards are all free is
+// measured against its CPU capacity, not the CPU left: under churn a
+// 96-core node of 8 cards held by one 8-card pod takes CPU-only pods
+// (the node with the fewest free cards); when the 8-card pod leaves,
+// every card is free but part of the CPU is held, so against the CPU
+// left its free cards look stranded, and any pod bringing less CPU per
+// card than the workload's average lowered that figure there: small pods
+// were drawn to exactly the emptied big nodes multi-card pods need
+// (issue 42). Measured against the capacity, the held CPU is charged to
+// the pod that breaks into the node (the measure after the pod, strandAt,
+// reads the CPU left as it is), and the node's own make-up (fewer cores
+// per card than the workload brings) still counts before and after
+// alike. Other nodes are measured against the CPU left: the general form
+// (every node against its capacity's share for its free cards, when that
+// is more) closed the churn loss as well but cost 0.10 of the paper-mode
+// result on gpuspec10 (docs/performance.md#fragfit-under-churn-issue-42-2026-11-28).
+// left measures every node against the CPU left, as fragfit did until
+// issue 42 (FragFitOptions.StrandBeforeLeft).
 func strandBefore(cards []ledger.Card, cpuLeft, cpuCap int64, perMilli float64, left bool) float64 {
 	if perMilli == 0 {
 		return 0
@@ -115,11 +119,11 @@ func strandBefore(cards []ledger.Card, cpuLeft, cpuCap int64, perMilli float64, 
 			capacity += 1000
 		}
 	}
-	cpu := float64(max(cpuLeft, 0))
-	if !left && capacity > 0 {
-		cpu = max(cpu, float64(cpuCap)*float64(free)/float64(capacity))
+	cpu := max(cpuLeft, 0)
+	if !left && capacity > 0 && free == capacity {
+		cpu = max(cpu, cpuCap)
 	}
-	return max(0, float64(free)-cpu/perMilli)
+	return max(0, float64(free)-float64(cpu)/perMilli)
 }
 
 // fgdScore is the simulator's score: sigmoid of the fragmentation decrease

@@ -20,8 +20,9 @@ type FragFitOptions struct {
 	// StrandWeight multiplies the stranded capacity; 0 means 1.
 	StrandWeight float64
 	// StrandBeforeLeft measures the stranded capacity before the pod
-	// against the node's CPU left, as fragfit did until issue 42, instead
-	// of against its capacity's share for the free cards (strandBefore).
+	// against the node's CPU left on every node, as fragfit did until
+	// issue 42, instead of against its CPU capacity on a node whose cards
+	// are all free (strandBefore).
 	StrandBeforeLeft bool
 }
 
