@@ -19,6 +19,7 @@ import (
 	"github.com/qgpu-scheduler/qgpu/agent/cardhealth"
 	"github.com/qgpu-scheduler/qgpu/agent/dra"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
+	"github.com/qgpu-scheduler/qgpu/test/builders"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
 
@@ -38,6 +39,42 @@ func TestDRACardHealth(t *testing.T) {
 	// Short names: the unix sockets live under the test's temporary directory.
 	t.Run("taints on", func(t *testing.T) { checkCardHealth(t, true) })
 	t.Run("taints off", func(t *testing.T) { checkCardHealth(t, false) })
+}
+
+// TestCardHealthDevicePlugins: the same on a node of the device-plugin
+// mode: the pod granted a slice of the card shows the condition, a new
+// pod is placed on the other card, and the condition turns True when the
+// card recovers.
+func TestCardHealthDevicePlugins(t *testing.T) {
+	nodes, err := harness.ParseNodes("t4-0:2xT4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	healthFile := filepath.Join(t.TempDir(), "unhealthy")
+	c := harness.StartTestCluster(t, harness.ClusterOptions{Nodes: nodes, RBAC: true,
+		AgentArgs: []string{"--health-interval=1s", "--fake-health-file=" + healthFile}})
+	cs := c.Client
+	first := builders.GPUPod("first").General("c", 4, 30).Obj()
+	createPods(t, cs, first)
+	_, a := waitBound(t, cs, "default", "first")
+	e2eWaitGranted(t, cs, first)
+	sick := a.Containers[0].Slices[0]
+	if err := os.WriteFile(healthFile, []byte(sick.UUID+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cond := waitCardCondition(t, cs, "first", corev1.ConditionFalse)
+	if cond.Reason != cardhealth.ReasonUnhealthy || !strings.Contains(cond.Message, sick.UUID) {
+		t.Errorf("condition %+v: want reason %s naming card %s", cond, cardhealth.ReasonUnhealthy, sick.UUID)
+	}
+	second := builders.GPUPod("second").General("c", 4, 30).Obj()
+	createPods(t, cs, second)
+	if _, b := waitBound(t, cs, "default", "second"); b.Containers[0].Slices[0].UUID == sick.UUID {
+		t.Errorf("pod second placed on the unhealthy card %s", sick.UUID)
+	}
+	if err := os.WriteFile(healthFile, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitCardCondition(t, cs, "first", corev1.ConditionTrue)
 }
 
 func checkCardHealth(t *testing.T, taints bool) {
