@@ -154,6 +154,8 @@ func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net
 	conditions := a.healthConditions(podSource, func(list []*v1.Pod) ([]store.Grant, error) {
 		return a.withGrants(func() ([]store.Grant, error) { return dra.PodGrants(claims.Prepared(), list), nil })
 	})
+	devices := &dra.DeviceStatus{Client: a.cfg.Client, Node: a.cfg.NodeName, Prepared: claims.Prepared, Cards: a.tracker.Cards, Why: a.tracker.Why}
+	conditions.Also = devices.Sync
 	go conditions.Run(ctx, a.cfg.ReconcileInterval)
 	a.tracker.Subscribe(func([]protocol.Card) {
 		plugin.Publish()

@@ -57,6 +57,9 @@ type Reporter struct {
 	Why   func(uuid string) string
 	// Now stamps lastTransitionTime; time.Now when nil.
 	Now func() time.Time
+	// Also runs after every pass of Run (the DRA claims' device status);
+	// nil: nothing.
+	Also func(ctx context.Context) error
 
 	once    sync.Once
 	trigger chan struct{}
@@ -83,6 +86,11 @@ func (r *Reporter) Run(ctx context.Context, interval time.Duration) {
 	for {
 		if err := r.Sync(ctx); err != nil {
 			klog.FromContext(ctx).Error(err, "Writing the card-health condition of the node's pods; the next pass tries again")
+		}
+		if r.Also != nil {
+			if err := r.Also(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "Writing card health; the next pass tries again")
+			}
 		}
 		select {
 		case <-ctx.Done():

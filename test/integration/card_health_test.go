@@ -111,6 +111,7 @@ func checkCardHealth(t *testing.T, taints bool) {
 	if cond.Reason != cardhealth.ReasonUnhealthy || !strings.Contains(cond.Message, sick.UUID) || !strings.Contains(cond.Message, "NVML") {
 		t.Errorf("condition %+v: want reason %s naming card %s and NVML's finding", cond, cardhealth.ReasonUnhealthy, sick.UUID)
 	}
+	waitClaimDeviceCondition(t, cs, "first", device, metav1.ConditionFalse)
 	if taints {
 		waitSlice(t, cs, "dra-0", deviceTainted(device, true))
 	} else {
@@ -141,6 +142,7 @@ func checkCardHealth(t *testing.T, taints bool) {
 	if cond := waitCardCondition(t, cs, "first", corev1.ConditionTrue); cond.Reason != cardhealth.ReasonHealthy {
 		t.Errorf("condition %+v after the recovery: want reason %s", cond, cardhealth.ReasonHealthy)
 	}
+	waitClaimDeviceCondition(t, cs, "first", device, metav1.ConditionTrue)
 	if taints {
 		waitSlice(t, cs, "dra-0", deviceTainted(device, false))
 	}
@@ -183,5 +185,33 @@ func deviceTainted(device string, tainted bool) func([]resourceapi.Device) error
 			return nil
 		}
 		return fmt.Errorf("%s not published", device)
+	}
+}
+
+// waitClaimDeviceCondition waits for the claim's status.devices entry of
+// device to carry the agent's condition with status.
+func waitClaimDeviceCondition(t *testing.T, cs kubernetes.Interface, claim, device string, status metav1.ConditionStatus) {
+	t.Helper()
+	var got []resourceapi.AllocatedDeviceStatus
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, agentWait, true, func(ctx context.Context) (bool, error) {
+		c, err := cs.ResourceV1().ResourceClaims("default").Get(ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		got = c.Status.Devices
+		for _, d := range got {
+			if d.Driver != protocol.DRADriver || d.Device != device {
+				continue
+			}
+			for _, cond := range d.Conditions {
+				if cond.Type == dra.DeviceCondition && cond.Status == status {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("claim %s: status.devices %+v, want %s's condition %s %s", claim, got, device, dra.DeviceCondition, status)
 	}
 }
