@@ -159,6 +159,7 @@ func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net
 	go conditions.Run(ctx, a.cfg.ReconcileInterval)
 	a.tracker.Subscribe(func([]protocol.Card) {
 		plugin.Publish()
+		claims.HealthChanged()
 		a.publisher.Trigger()
 		a.refreshMetrics()
 		conditions.Trigger()
