@@ -18,6 +18,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/cardhealth"
 	"github.com/qgpu-scheduler/qgpu/agent/deviceplugin"
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
 	"github.com/qgpu-scheduler/qgpu/agent/grantwriter"
@@ -128,12 +129,16 @@ func (a *agent) run(ctx context.Context, driver *nvml.Driver, metricsAddr net.Ad
 	defer plugins.Stop()
 	a.probes.PluginsStarted(plugins)
 
-	// Card health → inventory, plugins' device lists, metrics.
+	// Card health → inventory, plugins' device lists, metrics, the
+	// condition of the pods holding a slice of the card.
 	go a.publisher.Run(ctx)
+	conditions := a.healthConditions(podSource, func([]*v1.Pod) ([]store.Grant, error) { return a.store.List() })
+	go conditions.Run(ctx, a.cfg.ReconcileInterval)
 	a.tracker.Subscribe(func(cards []protocol.Card) {
 		plugins.UpdateCards(cards)
 		a.publisher.Trigger()
 		a.refreshMetrics()
+		conditions.Trigger()
 	})
 	go driver.WatchHealth(ctx, a.cfg.HealthInterval, a.onHealth(ctx))
 	pluginErr := make(chan error, 1)
@@ -223,6 +228,12 @@ func (a *agent) reconciler(podSource allocate.PodSource, exclusive sync.Locker) 
 		rec.PodResources = podresources.Retrying{Lister: podresources.Client{Socket: a.cfg.PodResourcesSocket}}
 	}
 	return rec
+}
+
+// healthConditions writes the condition qgpu.io/CardHealthy of the node's
+// pods that hold a slice of a card (grants: the slices they hold).
+func (a *agent) healthConditions(podSource *pods.Source, grants func([]*v1.Pod) ([]store.Grant, error)) *cardhealth.Reporter {
+	return &cardhealth.Reporter{Client: a.cfg.Client, Pods: podSource.Cached, Grants: grants, Cards: a.tracker.Cards, Why: a.tracker.Why}
 }
 
 func (a *agent) onHealth(ctx context.Context) func(nvml.HealthEvent) {

@@ -151,7 +151,19 @@ func (a *agent) runDRA(ctx context.Context, driver *nvml.Driver, metricsAddr net
 	defer plugin.Stop()
 	a.probes.DRAStarted(plugin)
 	go plugin.Run(ctx)
-	a.tracker.Subscribe(func([]protocol.Card) { plugin.Publish(); a.publisher.Trigger(); a.refreshMetrics() })
+	conditions := a.healthConditions(podSource, func(list []*v1.Pod) ([]store.Grant, error) {
+		return a.withGrants(func() ([]store.Grant, error) { return dra.PodGrants(claims.Prepared(), list), nil })
+	})
+	devices := &dra.DeviceStatus{Client: a.cfg.Client, Node: a.cfg.NodeName, Prepared: claims.Prepared, Cards: a.tracker.Cards, Why: a.tracker.Why}
+	conditions.Also = devices.Sync
+	go conditions.Run(ctx, a.cfg.ReconcileInterval)
+	a.tracker.Subscribe(func([]protocol.Card) {
+		plugin.Publish()
+		claims.HealthChanged()
+		a.publisher.Trigger()
+		a.refreshMetrics()
+		conditions.Trigger()
+	})
 	go driver.WatchHealth(ctx, a.cfg.HealthInterval, a.onHealth(ctx))
 
 	// Beside the pods, with the claims' containers as grants.

@@ -52,9 +52,15 @@ type Guard struct {
 	// Withdraw publishes the node's pool without devices.
 	Withdraw func()
 
+	// Republish publishes the node's pool again (Untainted's fallback);
+	// nil: nothing (tests).
+	Republish func()
+
 	mu      sync.Mutex
 	state   error // nil: intact; errNotReadBack; ErrCapacityDropped (wrapped)
 	dropped bool
+	// untainted: the API server dropped the devices' taints (taints.go).
+	untainted bool
 }
 
 // NewGuard starts in the state "not read back yet".
@@ -114,7 +120,7 @@ func (g *Guard) Verify(ctx context.Context, want []resourceapi.Device) error {
 			stored[d.Name] = d
 		}
 	}
-	var missing, dropped []string
+	var missing, dropped, untainted []string
 	for _, w := range want {
 		got, ok := stored[w.Name]
 		if !ok {
@@ -124,6 +130,12 @@ func (g *Guard) Verify(ctx context.Context, want []resourceapi.Device) error {
 		if lost := droppedFields(w, got); len(lost) > 0 {
 			dropped = append(dropped, w.Name+": "+strings.Join(lost, ", "))
 		}
+		if len(w.Taints) > 0 && len(got.Taints) == 0 {
+			untainted = append(untainted, w.Name)
+		}
+	}
+	if len(untainted) > 0 && len(dropped) == 0 {
+		g.TaintsDropped(ctx, strings.Join(untainted, ", "))
 	}
 	switch {
 	case len(dropped) > 0:

@@ -35,7 +35,7 @@ func stored(drop func(*resourceapi.Device)) *resourceapi.ResourceSlice {
 // and record one Warning Event naming the gate; devices not stored yet
 // leave it waiting.
 func TestGuard(t *testing.T) {
-	want := Shared(testNode, testCards).Pools[testNode].Slices[0].Devices
+	want := Shared(testNode, testCards, true).Pools[testNode].Slices[0].Devices
 	cases := []struct {
 		name        string
 		slice       *resourceapi.ResourceSlice

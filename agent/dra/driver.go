@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/klog/v2"
+	drahealth "k8s.io/kubelet/pkg/apis/dra-health/v1alpha1"
 	"tags.cncf.io/container-device-interface/pkg/parser"
 
 	"github.com/qgpu-scheduler/qgpu/agent/enforce"
@@ -31,11 +32,15 @@ const ClaimCDIKind = "claim.gpu.qgpu.io/slice"
 // (kubeletplugin.DRAPlugin). Every call holds its lock: the checkpoint is
 // written whole after each change.
 type Driver struct {
+	// The kubelet's DRA health service (healthservice.go).
+	drahealth.UnimplementedDRAResourceHealthServer
+
 	node string
 	cfg  DriverConfig
 
 	mu       sync.Mutex
 	prepared map[types.UID]Prepared
+	health   healthWaiters
 }
 
 // DriverConfig is what the driver reads of the agent.
@@ -66,7 +71,10 @@ type DriverConfig struct {
 	DroppedFields func(ctx context.Context, err error)
 }
 
-var _ kubeletplugin.DRAPlugin = (*Driver)(nil)
+var (
+	_ kubeletplugin.DRAPlugin           = (*Driver)(nil)
+	_ drahealth.DRAResourceHealthServer = (*Driver)(nil)
+)
 
 // NewDriver loads the checkpoint: a restarted driver answers the kubelet
 // with what it prepared before.

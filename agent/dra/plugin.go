@@ -81,6 +81,7 @@ func StartPlugin(ctx context.Context, cfg PluginConfig, driver *Driver) (*Plugin
 	}
 	p := &Plugin{cfg: cfg}
 	p.guard = NewGuard(cfg.Client, cfg.Node, cfg.Recorder, cfg.Metric, p.Publish)
+	p.guard.Republish = p.Publish
 	driver.cfg.DroppedFields = func(ctx context.Context, _ error) {
 		// The controller's diff may be another feature's: the read-back decides.
 		if err := p.guard.Verify(ctx, p.want()); err != nil {
@@ -118,14 +119,14 @@ func (p *Plugin) publish(ctx context.Context) error {
 	defer p.mu.Unlock()
 	res := Withdrawn(p.cfg.Node)
 	if !p.guard.Withdrawn() {
-		res = Shared(p.cfg.Node, p.cfg.Cards())
+		res = Shared(p.cfg.Node, p.cfg.Cards(), p.guard.Tainted())
 	}
 	return p.helper.PublishResources(ctx, res)
 }
 
 // want is what the node publishes while shared.
 func (p *Plugin) want() []resourceapi.Device {
-	return Shared(p.cfg.Node, p.cfg.Cards()).Pools[p.cfg.Node].Slices[0].Devices
+	return Shared(p.cfg.Node, p.cfg.Cards(), p.guard.Tainted()).Pools[p.cfg.Node].Slices[0].Devices
 }
 
 // Run reads the published devices back until ctx ends.

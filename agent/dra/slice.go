@@ -62,15 +62,31 @@ func Device(c protocol.Card) resourceapi.Device {
 	}
 }
 
+// UnhealthyTaint is the taint of an unhealthy card's device: NoSchedule,
+// so no new claim is allocated on it (upstream's allocator and
+// qgpu-scheduler's both refuse a device with a taint the request does not
+// tolerate), while the claims already there stay (not NoExecute: whether
+// their pods go is the operator's call, docs/dra.md#card-health).
+func UnhealthyTaint() resourceapi.DeviceTaint {
+	return resourceapi.DeviceTaint{Key: protocol.DRATaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}
+}
+
 // Shared is what the node publishes: one pool named after the node with
-// one slice holding a device per card that can take a claim (healthy; the
-// agent's inventory leaves cards in MIG mode out already).
-func Shared(node string, cards []protocol.Card) resourceslice.DriverResources {
+// one slice holding a device per card of at least 1 GiB (the agent's
+// inventory leaves cards in MIG mode out already). An unhealthy card is
+// published with UnhealthyTaint when tainted (the API server keeps device
+// taints), so users see why it takes no claim, and left out otherwise.
+func Shared(node string, cards []protocol.Card, tainted bool) resourceslice.DriverResources {
 	devices := []resourceapi.Device{}
 	for _, c := range cards {
-		if c.Healthy && c.MemoryGiB() >= 1 {
-			devices = append(devices, Device(c))
+		if c.MemoryGiB() < 1 || (!c.Healthy && !tainted) {
+			continue
 		}
+		d := Device(c)
+		if !c.Healthy {
+			d.Taints = []resourceapi.DeviceTaint{UnhealthyTaint()}
+		}
+		devices = append(devices, d)
 	}
 	return pool(node, devices)
 }

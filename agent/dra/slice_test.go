@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -43,24 +44,32 @@ func TestShared(t *testing.T) {
 	unhealthy := protocol.Card{Index: 2, UUID: "GPU-2", Model: "T4", MemoryMiB: 15360}
 	tiny := protocol.Card{Index: 4, UUID: "GPU-4", Model: "tiny", MemoryMiB: 512, Healthy: true}
 	cases := []struct {
-		name  string
-		cards []protocol.Card
-		want  []string
+		name    string
+		cards   []protocol.Card
+		tainted bool
+		want    []string
 	}{
-		{"every healthy card", testCards, []string{"gpu-0", "gpu-1"}},
-		{"unhealthy and sub-GiB cards left out", append([]protocol.Card{unhealthy, tiny}, testCards...), []string{"gpu-0", "gpu-1"}},
-		{"no card: an empty pool", nil, nil},
+		{"every healthy card", testCards, false, []string{"gpu-0", "gpu-1"}},
+		{"every healthy card, taints kept", testCards, true, []string{"gpu-0", "gpu-1"}},
+		{"unhealthy and sub-GiB cards left out", append([]protocol.Card{unhealthy, tiny}, testCards...), false, []string{"gpu-0", "gpu-1"}},
+		{"taints kept: the unhealthy card tainted, sub-GiB left out", append([]protocol.Card{unhealthy, tiny}, testCards...), true,
+			[]string{"gpu-2 tainted gpu.qgpu.io/unhealthy:NoSchedule", "gpu-0", "gpu-1"}},
+		{"no card: an empty pool", nil, true, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			res := Shared(testNode, tc.cards)
+			res := Shared(testNode, tc.cards, tc.tainted)
 			pool, ok := res.Pools[testNode]
 			if !ok || len(res.Pools) != 1 || len(pool.Slices) != 1 {
 				t.Fatalf("pools %+v: want one pool %q with one slice", res.Pools, testNode)
 			}
 			var got []string
 			for _, d := range pool.Slices[0].Devices {
-				got = append(got, d.Name)
+				name := d.Name
+				for _, taint := range d.Taints {
+					name += fmt.Sprintf(" tainted %s:%s", taint.Key, taint.Effect)
+				}
+				got = append(got, name)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("devices (-want +got):\n%s", diff)

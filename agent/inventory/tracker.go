@@ -100,6 +100,13 @@ func (t *Tracker) ByUUID(uuid string) (protocol.Card, bool) {
 	return protocol.Card{}, false
 }
 
+// Why says why the card with uuid is unhealthy ("" while it is healthy).
+func (t *Tracker) Why(uuid string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.reasons[uuid]
+}
+
 // Grantable refuses a card the tracker knows to be unhealthy, naming it and
 // why; a card it does not know is for NVML to judge (nvml.Driver.Grantable).
 func (t *Tracker) Grantable(uuid string) error {

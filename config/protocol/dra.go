@@ -54,6 +54,11 @@ func DRAClassOf(deviceClass string) (Class, bool) {
 	return "", false
 }
 
+// DRATaintUnhealthy is the key of the NoSchedule taint on an unhealthy
+// card's device in its node's ResourceSlice (where the API server keeps
+// device taints: the DRADeviceTaints feature gate).
+const DRATaintUnhealthy = "gpu.qgpu.io/unhealthy"
+
 // DRADeviceName is the device of card index i in a node's ResourceSlice.
 func DRADeviceName(index int) string { return "gpu-" + strconv.Itoa(index) }
 

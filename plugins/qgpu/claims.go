@@ -65,13 +65,17 @@ func (c *claimAccess) servingNodes() (sets.Set[string], error) {
 }
 
 // claimNodes narrows a claimed pod's cycle to the nodes that serve qGPU
-// claims; nil for a pod without claims or without the listers.
-func (p *QGPU) claimNodes(req *request.Request) (*fwk.PreFilterResult, *fwk.Status) {
+// claims, and notes the cards whose taints its claims do not tolerate;
+// nil for a pod without claims or without the listers.
+func (p *QGPU) claimNodes(s *cycleState, req *request.Request) (*fwk.PreFilterResult, *fwk.Status) {
 	if p.claims == nil || p.claims.slices == nil || len(req.Claims) == 0 {
 		return nil, nil
 	}
 	nodes, err := p.claims.servingNodes()
 	if err != nil {
+		return nil, fwk.AsStatus(err)
+	}
+	if s.untolerated, err = p.claims.untoleratedCards(req); err != nil {
 		return nil, fwk.AsStatus(err)
 	}
 	if nodes.Len() == 0 {

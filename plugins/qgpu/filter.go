@@ -96,6 +96,7 @@ func (p *QGPU) placeAndScore(s *cycleState, node fastpath.Found, nodeInfo fwk.No
 		}
 		var buf [cardBuf]ledger.Card
 		n.Cards = append(buf[:0], n.Cards...)
+		s.refuseUntolerated(nodeInfo.Node().Name, n.Cards)
 		score, reason = p.evaluate(s, n, nodeInfo)
 		return reason
 	})

@@ -60,7 +60,7 @@ func (p *QGPU) PreFilter(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, no
 	s.fit, s.ownsFit = fastpath.TakeOverFit(cs)
 	cs.Write(stateKey, s)
 	if len(req.Claims) > 0 {
-		return p.claimNodes(req)
+		return p.claimNodes(s, req)
 	}
 	return p.eligibleNodes(req, len(nodes)), nil
 }

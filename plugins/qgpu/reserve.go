@@ -45,6 +45,11 @@ func (p *QGPU) Reserve(ctx context.Context, cs fwk.CycleState, pod *v1.Pod, node
 		if req, reason = s.reqOn(n); reason != "" {
 			return nil, fmt.Errorf("%s", reason)
 		}
+		if len(s.untolerated[nodeName]) > 0 {
+			// n.Cards are the ledger's own: refuse on a copy.
+			n.Cards = append([]ledger.Card(nil), n.Cards...)
+			s.refuseUntolerated(nodeName, n.Cards)
+		}
 		var err error
 		if assignment, err = p.chooseCards(req, n, &env); err != nil {
 			return nil, err

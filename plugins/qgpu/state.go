@@ -39,6 +39,9 @@ type cycleState struct {
 	// shares are the share IDs PreBind drew for the claims' allocations,
 	// by claim UID: what Unreserve may take back.
 	shares map[types.UID]types.UID
+	// untolerated are, by node, the cards whose device carries a taint
+	// one of the pod's claims does not tolerate (claimtaints.go); read-only.
+	untolerated map[string][]int
 	// join is set for a pod that joins claims other pods' cycles
 	// allocated (claims_join.go); every extension point then does only that.
 	join *joinPlan
@@ -81,5 +84,6 @@ func (p *QGPU) nodeCards(s *cycleState, node string, buf []ledger.Card) ledger.N
 	for _, d := range s.deltas[node] {
 		d.holding.ApplyTo(n.Cards, d.sign)
 	}
+	s.refuseUntolerated(node, n.Cards)
 	return n
 }

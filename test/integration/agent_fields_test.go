@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/qgpu-scheduler/qgpu/agent/allocate"
+	"github.com/qgpu-scheduler/qgpu/agent/cardhealth"
 	"github.com/qgpu-scheduler/qgpu/agent/inventory"
 	"github.com/qgpu-scheduler/qgpu/agent/uninstall"
 	"github.com/qgpu-scheduler/qgpu/agent/xgn"
@@ -157,9 +159,21 @@ func checkAgentOwnWrites(t *testing.T, admin, asA kubernetes.Interface) {
 	if _, err := asA.CoreV1().Pods("default").Patch(ctx, pod.Name, types.MergePatchType, suspended, metav1.PatchOptions{FieldManager: "qgpu-agent"}); err != nil {
 		t.Errorf("the suspension writer's patch: %v", err)
 	}
+	// agent/cardhealth's condition on the pod's status.
+	cond, err := cardhealth.ConditionPatch(pod.UID, corev1.PodCondition{Type: cardhealth.ConditionType, Status: corev1.ConditionFalse,
+		Reason: cardhealth.ReasonUnhealthy, Message: "unhealthy: card 0", LastTransitionTime: metav1.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := asA.CoreV1().Pods("default").Patch(ctx, pod.Name, types.StrategicMergePatchType, cond, metav1.PatchOptions{FieldManager: "qgpu-agent"}, "status"); err != nil {
+		t.Errorf("the card-health condition's patch: %v", err)
+	}
 	pod, err = admin.CoreV1().Pods("default").Get(ctx, "work-a", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == cardhealth.ConditionType }) {
+		t.Errorf("pod work-a has no condition %s after the agent wrote it: %v", cardhealth.ConditionType, pod.Status.Conditions)
 	}
 	for _, k := range []string{protocol.AnnotationGrant, protocol.AnnotationSuspended} {
 		if _, ok := pod.Annotations[k]; !ok {
@@ -232,6 +246,18 @@ func checkAgentOtherWrites(t *testing.T, admin, asA kubernetes.Interface) {
 		{"a pod's image", true, types.StrategicMergePatchType, []byte(`{"spec":{"containers":[{"name":"c","image":"registry.example/miner:1"}]}}`), "spec.containers[c]"},
 		{"a pod's tolerations", true, types.MergePatchType, tolerate, "spec.tolerations"},
 		{"a pod's deadline", true, types.MergePatchType, []byte(`{"spec":{"activeDeadlineSeconds":1}}`), "spec.activeDeadlineSeconds"},
+	}
+	for _, c := range []struct{ name, patch, field string }{
+		{"another condition of a pod", `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`, "status.conditions"},
+		{"a pod's phase", `{"status":{"phase":"Failed"}}`, "status.phase"},
+		{"a pod's message", `{"status":{"message":"evicted"}}`, "status.message"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := asA.CoreV1().Pods("default").Patch(ctx, "work-a", types.StrategicMergePatchType, []byte(c.patch), metav1.PatchOptions{}, "status")
+			if want := "may not change " + c.field; !contains(err, want) {
+				t.Errorf("%v, want a refusal by qgpu-agent-own-node containing %q", err, want)
+			}
+		})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/qgpu-scheduler/qgpu/agent/dra"
 	"github.com/qgpu-scheduler/qgpu/config/protocol"
 	"github.com/qgpu-scheduler/qgpu/test/harness"
 )
@@ -125,6 +126,7 @@ func TestDRAComponent(t *testing.T) {
 	if _, err := asA.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("the agent listing claims: %v", err)
 	}
+	checkClaimStatusPolicy(t, cs, asA)
 	unbound, err := cp.ServiceAccountToken(ctx, "qgpu-system", "qgpu-agent", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -158,5 +160,53 @@ func checkDRAAgent(t *testing.T, base string, ds *appsv1.DaemonSet) {
 		if !found {
 			t.Errorf("%s: DaemonSet %s does not mount the host's %s at the same path", base, ds.Name, want)
 		}
+	}
+}
+
+// checkClaimStatusPolicy: node-a's agent may write the status.devices entry
+// of its own device into a claim allocated on node-a (agent/dra's device
+// status), and nothing else: not a claim allocated on node-b, not the
+// claim's consumers (qgpu-agent-dra-claim-status).
+func checkClaimStatusPolicy(t *testing.T, admin, asA kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	allocated := func(name, node string) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{{
+				Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: protocol.DRADeviceClass(protocol.ClassGeneral)}}}}}}
+		c, err := admin.ResourceV1().ResourceClaims("default").Create(ctx, c, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Status.Allocation = &resourceapi.AllocationResult{Devices: resourceapi.DeviceAllocationResult{Results: []resourceapi.DeviceRequestAllocationResult{{
+			Request: "gpu", Driver: protocol.DRADriver, Pool: node, Device: "gpu-0"}}}}
+		if c, err = admin.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, c, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	withEntry := func(c *resourceapi.ResourceClaim, node string) *resourceapi.ResourceClaim {
+		c = c.DeepCopy()
+		c.Status.Devices = []resourceapi.AllocatedDeviceStatus{{Driver: protocol.DRADriver, Pool: node, Device: "gpu-0",
+			Conditions: []metav1.Condition{{Type: dra.DeviceCondition, Status: metav1.ConditionFalse, Reason: dra.DeviceReasonUnhealthy,
+				Message: "unhealthy: card 0", LastTransitionTime: metav1.Now()}}}}
+		return c
+	}
+	own, other := allocated("on-a", "node-a"), allocated("on-b", "node-b")
+	if _, err := asA.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, withEntry(own, "node-a"), metav1.UpdateOptions{}); err != nil {
+		t.Errorf("node-a's agent writing its device's status into a claim allocated on node-a: %v", err)
+	}
+	_, err := asA.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, withEntry(other, "node-b"), metav1.UpdateOptions{})
+	if !contains(err, "may write the status only of claims allocated on its node") {
+		t.Errorf("node-a's agent writing a node-b claim's status: %v, want a denial", err)
+	}
+	own, err = admin.ResourceV1().ResourceClaims("default").Get(ctx, "on-a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "p", UID: "00000000-0000-0000-0000-000000000001"}}
+	_, err = asA.ResourceV1().ResourceClaims("default").UpdateStatus(ctx, own, metav1.UpdateOptions{})
+	if !contains(err, "may not change status.reservedFor") {
+		t.Errorf("node-a's agent reserving its node's claim: %v, want a denial", err)
 	}
 }
